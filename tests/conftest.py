@@ -1,0 +1,35 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+MODELS_YAML = os.environ.get("TREEGRAFT_MODELS_YAML")
+
+
+@pytest.fixture(scope="session")
+def fp32_pair():
+    """The embedded default pair in float32, loaded once per test run."""
+    from treegraft.config import DEFAULT_MODELS_YAML, load_pair
+    from treegraft.models import load_pair_models
+
+    torch.manual_seed(0)
+    return load_pair_models(load_pair("default", MODELS_YAML or DEFAULT_MODELS_YAML), "float32")
+
+
+@pytest.fixture(scope="session")
+def engine(fp32_pair):
+    from treegraft.engine import Engine
+
+    return Engine(fp32_pair)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine():
+    from tests.tiny import tiny_pair
+    from treegraft.engine import Engine
+
+    return Engine(tiny_pair())

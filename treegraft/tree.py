@@ -1,0 +1,225 @@
+"""The shared draft tree as flat parallel arrays, and the pure operations of SPEC 2.
+
+Node 0 is the root r: the last committed token, whose target output is the
+distribution of the first new token. A node's parent always has a smaller index
+(children are appended), so index order is a topological order: scores are
+recomputed top-down by one pass and any index-sorted subset lists parents first.
+
+Scores are in log space: `logp[v] = log p(v)`, `score[v] = log s(v)` = the sum of
+`logp` over the path from r (excluded) to v. The tree knows nothing of models.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROOT_DRAFTER, SMALL, MID = -1, 0, 1
+DRAFTER_NAMES = {ROOT_DRAFTER: "root", SMALL: "small", MID: "mid"}
+
+
+@dataclass
+class DraftTree:
+    token: np.ndarray  # [cap] int64
+    parent: np.ndarray  # [cap] int32, -1 for the root
+    depth: np.ndarray  # [cap] int16
+    logp: np.ndarray  # [cap] float64, log p(v) (0 at the root)
+    score: np.ndarray  # [cap] float64, log s(v)
+    drafter: np.ndarray  # [cap] int8, who created the node
+    step: np.ndarray  # [cap] int8, the draft step that added it (0: root)
+    confirmed: np.ndarray  # [cap] uint8, bit d set when drafter d proposed this token here
+    mid_visited: np.ndarray  # [cap] bool, in P: the mid drafter has evaluated this node
+    graft_site: np.ndarray  # [cap] bool, chosen as frontier by a mid step
+    alive: np.ndarray  # [cap] bool, False once deleted by an overwrite (the w/o-ND ablation)
+    kept: np.ndarray  # [cap] bool, survives the prune to B_ver
+    n: int = 1
+    child_of: dict = field(default_factory=dict)  # (parent, token) -> node, live children only
+    last_added: list = field(default_factory=lambda: [0])  # N_k: the nodes the previous step produced
+
+    @classmethod
+    def new(cls, root_token: int, capacity: int) -> "DraftTree":
+        def arr(dtype, fill=0):
+            return np.full(capacity, fill, dtype=dtype)
+
+        t = cls(token=arr(np.int64), parent=arr(np.int32, -1), depth=arr(np.int16), logp=arr(np.float64),
+                score=arr(np.float64), drafter=arr(np.int8, ROOT_DRAFTER), step=arr(np.int8),
+                confirmed=arr(np.uint8), mid_visited=arr(bool), graft_site=arr(bool), alive=arr(bool),
+                kept=arr(bool))
+        t.token[0], t.alive[0] = root_token, True
+        return t
+
+    @property
+    def size(self) -> int:
+        return self.n
+
+    def live(self) -> np.ndarray:
+        """Indices of live nodes, root included, in index (topological) order."""
+        return np.flatnonzero(self.alive[: self.n])
+
+    def children(self, v: int) -> list[int]:
+        return [c for c in np.flatnonzero(self.parent[: self.n] == v) if self.alive[c]]
+
+    def max_leaf_depth(self) -> int:
+        return int(self.depth[: self.n][self.alive[: self.n]].max())
+
+
+def add_child(tree: DraftTree, parent: int, token: int, logp: float, drafter: int, step: int) -> tuple[int, bool]:
+    """Graft one proposal under `parent`; returns (node, created).
+
+    Non-destructive: an existing child with the same token is kept, its p refreshed
+    with this drafter's probability and marked as confirmed by it, so siblings always
+    carry distinct tokens.
+    """
+    key = (parent, token)
+    node = tree.child_of.get(key)
+    if node is not None:
+        tree.logp[node] = logp
+        tree.confirmed[node] |= 1 << drafter
+        return node, False
+    if tree.n >= len(tree.token):
+        raise OverflowError("draft tree capacity exceeded")
+    v = tree.n
+    tree.n += 1
+    tree.token[v], tree.parent[v], tree.depth[v] = token, parent, tree.depth[parent] + 1
+    tree.logp[v], tree.score[v] = logp, tree.score[parent] + logp
+    tree.drafter[v], tree.step[v], tree.confirmed[v], tree.alive[v] = drafter, step, 1 << drafter, True
+    tree.child_of[key] = v
+    return v, True
+
+
+def recompute_scores(tree: DraftTree) -> None:
+    """s(v) = s(parent) * p(v), top-down (index order is topological)."""
+    score, logp, parent = tree.score, tree.logp, tree.parent
+    for v in range(1, tree.n):
+        score[v] = score[parent[v]] + logp[v]
+
+
+def delete_subtree(tree: DraftTree, v: int) -> list[int]:
+    """Remove every descendant of v (v itself stays). Only the w/o-ND ablation does this."""
+    doomed = np.zeros(tree.n, dtype=bool)
+    alive = tree.alive
+    for u in range(v + 1, tree.n):
+        p = tree.parent[u]
+        if alive[u] and (p == v or doomed[p]):
+            doomed[u] = True
+    removed = np.flatnonzero(doomed).tolist()
+    for u in removed:
+        alive[u] = False
+        tree.child_of.pop((int(tree.parent[u]), int(tree.token[u])), None)
+    return removed
+
+
+# --- candidate pools and frontier (SPEC 2.1) ---------------------------------------------------
+
+def small_pool(tree: DraftTree) -> np.ndarray:
+    """C_k for a small step: N_k, the live nodes the previous step produced (N_1 = {r})."""
+    return np.array([v for v in tree.last_added if tree.alive[v]], dtype=np.int64)
+
+
+def mid_pool(tree: DraftTree) -> np.ndarray:
+    """C_k for a mid step (expanded graft sites): every live node the mid has not evaluated, root included."""
+    n = tree.n
+    return np.flatnonzero(tree.alive[:n] & ~tree.mid_visited[:n])
+
+
+def unvisited_closure(tree: DraftTree, pool: np.ndarray) -> np.ndarray:
+    """pool plus its ancestors the mid has not evaluated: what a mid forward must feed to score pool."""
+    need = set(int(v) for v in pool)
+    for v in list(need):
+        p = int(tree.parent[v])
+        while p >= 0 and not tree.mid_visited[p] and p not in need:
+            need.add(p)
+            p = int(tree.parent[p])
+    return np.array(sorted(need), dtype=np.int64)
+
+
+def top_w(tree: DraftTree, pool: np.ndarray, width: int) -> np.ndarray:
+    """F_k: the top-W of the pool by path score (ties: shallower first, then older)."""
+    if len(pool) == 0:
+        return pool
+    order = np.lexsort((pool, tree.depth[pool], -tree.score[pool]))
+    return pool[order[:width]]
+
+
+def reselection_rate(tree: DraftTree, frontier: np.ndarray, leaf_depth: int) -> float:
+    """Share of frontier nodes shallower than the deepest leaf (the mid went back to an earlier site)."""
+    if len(frontier) == 0:
+        return 0.0
+    return float(np.mean(tree.depth[frontier] < leaf_depth))
+
+
+# --- global budget pruning (SPEC 2.3) ----------------------------------------------------------
+
+def prune(tree: DraftTree, budget: int) -> np.ndarray:
+    """Keep exactly min(budget, live non-root nodes) nodes, best path score first, closed under ancestors.
+
+    Returns the kept non-root nodes in index order and sets `tree.kept` (the root is always kept).
+    """
+    live = tree.live()[1:]
+    target = min(budget, len(live))
+    kept = tree.kept
+    kept[: tree.n] = False
+    kept[0] = True
+    order = live[np.lexsort((live, tree.depth[live], -tree.score[live]))]
+    count = 0
+    for v in order:
+        if count == target:
+            break
+        if kept[v]:
+            continue
+        chain = []
+        u = int(v)
+        while not kept[u]:
+            chain.append(u)
+            u = int(tree.parent[u])
+        if count + len(chain) <= target:
+            kept[chain] = True
+            count += len(chain)
+    return np.flatnonzero(kept[: tree.n])[1:]
+
+
+# --- attention layout of a set of nodes (SPEC 3) -----------------------------------------------
+
+def ancestor_matrix(parent_rows: np.ndarray) -> np.ndarray:
+    """[n, n] bool: row i sees column j iff j is i or an ancestor of i; parent_rows[i] < i or -1."""
+    n = len(parent_rows)
+    anc = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        p = parent_rows[i]
+        if p >= 0:
+            anc[i] = anc[p]
+        anc[i, i] = True
+    return anc
+
+
+def rows_of(nodes: np.ndarray, tree_size: int) -> np.ndarray:
+    """[tree_size] map node -> row in `nodes` (-1 when absent)."""
+    row = np.full(tree_size, -1, dtype=np.int64)
+    row[nodes] = np.arange(len(nodes))
+    return row
+
+
+def batch_layout(tree: DraftTree, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For nodes (index order): the [n, n] in-batch visibility and the [n] node depths."""
+    row = rows_of(nodes, tree.n)
+    parents = tree.parent[nodes]
+    parent_rows = np.where(parents >= 0, row[np.maximum(parents, 0)], -1)
+    return ancestor_matrix(parent_rows), tree.depth[nodes].astype(np.int64)
+
+
+def path_to(tree: DraftTree, v: int) -> list[int]:
+    """Nodes from the root (included) down to v."""
+    path = []
+    while v >= 0:
+        path.append(int(v))
+        v = int(tree.parent[v])
+    return path[::-1]
+
+
+def path_tokens(tree: DraftTree, v: int, limit: int) -> list[int]:
+    """The last `limit` drafted tokens on the path to v (the root's token, already committed, excluded)."""
+    out = []
+    while v > 0 and len(out) < limit:
+        out.append(int(tree.token[v]))
+        v = int(tree.parent[v])
+    return out[::-1]
