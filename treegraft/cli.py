@@ -20,6 +20,34 @@ def _distill(args) -> int:
     return 0
 
 
+def _sched_collect(args) -> int:
+    from .engine import Engine
+    from .models import load_pair_models
+    from .prompts import load_prompts
+    from .scheduler.train import collect
+
+    pair = load_pair(args.pair, args.models)
+    engine = Engine(load_pair_models(pair, args.dtype))
+    n = collect(engine, load_prompts(args.suite), Path(args.out), pair.drafting, args.rounds_per_prompt,
+                args.max_new_tokens, args.max_minutes)
+    print(f"wrote {n} rounds to {args.out}")
+    return 0
+
+
+def _sched_train(args) -> int:
+    from .scheduler.train import read_dataset, train
+
+    pair = load_pair(args.pair, args.models)
+    out = Path(args.out) if args.out else (resolve_path(pair.scheduler) if pair.scheduler else None)
+    if out is None:
+        raise ConfigError(f"pair '{args.pair}' has no `scheduler:` path in models.yaml; pass --out")
+    sched = train(read_dataset(Path(args.data)), pair.drafting.depth, select=not args.no_select)
+    sched.meta["pair"] = args.pair
+    sched.save(out)
+    print(f"wrote {out} (tree features: {', '.join(sched.tree_features)}; g_psi {sched.g.n_params} params)")
+    return 0
+
+
 def _pairs(args) -> int:
     for name, pair in load_models_file(args.models).pairs.items():
         print(f"{name:32s} target={pair.target.describe():45s} mid={pair.mid.describe()}")
@@ -46,6 +74,24 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seq-len", type=int, default=128)
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=_distill)
+
+    sc = sub.add_parser("scheduler", help="offline scheduler training (SPEC 5)")
+    ssub = sc.add_subparsers(dest="scheduler_command", required=True)
+    c = ssub.add_parser("collect", help="run all 2^D schedules on sampled rounds and record them")
+    c.add_argument("--pair", default="default")
+    c.add_argument("--suite", default="train", help="prompt suite name or JSONL file")
+    c.add_argument("--out", default="scheduler_data.jsonl")
+    c.add_argument("--rounds-per-prompt", type=int, default=6)
+    c.add_argument("--max-new-tokens", type=int, default=96)
+    c.add_argument("--max-minutes", type=float, default=30.0)
+    c.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    c.set_defaults(func=_sched_collect)
+    t = ssub.add_parser("train", help="fit f_theta, select features, distil g_psi, write the scheduler file")
+    t.add_argument("--pair", default="default")
+    t.add_argument("--data", default="scheduler_data.jsonl")
+    t.add_argument("--out", default=None, help="default: the pair's `scheduler:` path")
+    t.add_argument("--no-select", action="store_true", help="use the paper's six tree features, no CV selection")
+    t.set_defaults(func=_sched_train)
 
     ls = sub.add_parser("pairs", help="list the pairs of models.yaml")
     ls.set_defaults(func=_pairs)

@@ -137,6 +137,7 @@ class Engine:
     def draft(self, s: Session, tree: DraftTree) -> list[StepTrace]:
         steps: list[StepTrace] = []
         actions: list[int] = []
+        s.policy.start_round()
         for k in range(1, s.drafting.depth + 1):
             t0 = timed(self.target.device)
             decision = s.policy.decide(StepState(k, s.drafting.depth, tree, list(actions), s.prompt_len,
@@ -148,7 +149,8 @@ class Engine:
             steps.append(step)
         return steps
 
-    def speculative_round(self, s: Session) -> RoundTrace:
+    def draft_and_verify(self, s: Session):
+        """Grow the tree (D steps), prune to B_ver, verify once, accept. Nothing is committed."""
         dev = self.target.device
         t0 = timed(dev)
         d = s.drafting
@@ -160,12 +162,31 @@ class Engine:
         logits = self.target.verify(tree, nodes)  # [len(nodes), vocab]
         acc = accept(tree, nodes, logits, s.gen, s.generator)
         t2 = timed(dev)
+        return tree, steps, acc, (t0, t1, t2)
+
+    def speculative_round(self, s: Session) -> RoundTrace:
+        tree, steps, acc, (t0, t1, t2) = self.draft_and_verify(s)
         s.t_target_ms = running_mean(s.t_target_ms, 1000 * (t2 - t1))
         tokens = [int(tree.token[v]) for v in acc.path[1:]] + [acc.bonus]
         self.commit(s, tokens, acc.rows, acc.path)
-        t3 = timed(dev)
+        t3 = timed(self.target.device)
         return RoundTrace(s.rounds, len(s.committed) - len(tokens), TreeSnapshot.of(tree), steps, acc.path,
                           tokens[:-1], acc.bonus, t1 - t0, t2 - t1, t3 - t2, t3 - t0)
+
+    def trial_round(self, s: Session, policy: Policy) -> tuple[list[StepTrace], int, float, float]:
+        """Draft and verify with another policy from the current state, then roll every cache back.
+
+        Returns (steps, A, t_D, t_V): what scheduler data collection records per schedule.
+        """
+        saved, mid_cached = s.policy, self.mid.cached
+        s.policy = policy
+        try:
+            tree, steps, acc, (t0, t1, t2) = self.draft_and_verify(s)
+        finally:
+            s.policy = saved
+            self.target.rollback()
+            self.mid.rollback(mid_cached)
+        return steps, acc.accepted_tokens, t1 - t0, t2 - t1
 
     def commit(self, s: Session, tokens: list[int], rows: list[int], path: list[int]) -> None:
         s.committed += tokens
@@ -194,7 +215,7 @@ class Engine:
               gen: GenerationConfig, seed: int = 0) -> Session:
         if not prompt_ids:
             raise ValueError("the prompt encodes to no tokens")
-        policy = None if method.name == "ar" else make_policy(method, drafting)
+        policy = None if method.name == "ar" else make_policy(method, drafting, self.pair.config.scheduler)
         generator = torch.Generator().manual_seed(seed) if gen.temperature > 0 else None
         ngram = NgramIndex(drafting.ngram_max)
         if method.name != "ar":

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import ConfigError, DraftingConfig
+from .config import ConfigError, DraftingConfig, resolve_path
 from .policies import AllMid, AllSmall, Fixed, Policy
 
-TREE_METHODS = ("all-small", "all-mid", "fixed")
+TREE_METHODS = ("all-small", "all-mid", "fixed", "treegraft", "oracle")
 METHODS = ("ar",) + TREE_METHODS
 
 
@@ -25,7 +25,25 @@ class MethodSpec:
         return self.name + ("" if self.eg else " --no-eg") + ("" if self.nd else " --no-nd")
 
 
-def make_policy(spec: MethodSpec, drafting: DraftingConfig) -> Policy:
+def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | None = None,
+                b0: int | None = None) -> Policy:
+    """The policy of a method; `treegraft`/`oracle` need the pair's trained scheduler file and fall back
+    to the fixed schedule, saying so in `policy.note`, when the pair has none."""
+    if spec.name in ("treegraft", "oracle"):
+        from .scheduler.policy import LearnedPolicy, OraclePolicy, SchedulerFile
+
+        path = resolve_path(scheduler) if scheduler else None
+        if path is None or not path.is_file():
+            policy = Fixed(drafting.schedule)
+            policy.note = (f"no trained scheduler for this pair ({scheduler or 'none configured'}): "
+                           f"{spec.name} falls back to the fixed schedule {list(drafting.schedule)}")
+            return policy
+        sched = SchedulerFile.load(path)
+        if sched.depth != drafting.depth:
+            raise ConfigError(f"the scheduler {path} was trained for D={sched.depth}, not D={drafting.depth}")
+        if spec.name == "oracle":
+            return OraclePolicy(sched, drafting.width, drafting.top_k)
+        return LearnedPolicy(sched, drafting.width, drafting.top_k, b0)
     if spec.name == "all-small":
         return AllSmall()
     if spec.name == "all-mid":

@@ -30,6 +30,9 @@ class Policy:
     name = "policy"
     note: str | None = None  # said once in the result (e.g. a fallback)
 
+    def start_round(self) -> None:
+        """Called before each round's first step."""
+
     def decide(self, state: StepState) -> Decision:
         raise NotImplementedError
 

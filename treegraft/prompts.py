@@ -8,7 +8,7 @@ from pathlib import Path
 from .config import ConfigError
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = {"default": DATA / "prompts.jsonl"}
+SUITES = {"default": DATA / "prompts.jsonl", "bench": DATA / "bench.jsonl", "train": DATA / "sched_train.jsonl"}
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ class TargetModel:
                          position_ids=positions, cache=self.cache, use_cache=True)
         return out.logits[0]
 
+    def rollback(self) -> None:
+        """Drop whatever a verification appended (the cache holds the committed prefix again)."""
+        keep_slots(self.cache, torch.arange(self.cached, device=self.device))
+
     def commit(self, rows: list[int]) -> None:
         """Keep the prefix and the accepted rows (root first) of the last verification."""
         keep = torch.cat([torch.arange(self.cached), self.cached + torch.tensor(rows, dtype=torch.long)])

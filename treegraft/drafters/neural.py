@@ -57,6 +57,11 @@ class MidDrafter:
         logits = out.logits[0, p:, : self.vocab_size]  # [n, vocab]
         return torch.log_softmax(logits.float(), dim=-1)
 
+    def rollback(self, cached: int) -> None:
+        """Back to a state holding `cached` committed tokens and no node slots."""
+        keep_slots(self.cache, torch.arange(cached, device=self.device))
+        self.cached, self.slots = cached, {}
+
     def end_round(self, accepted_path: list[int]) -> None:
         """Keep the committed part and the accepted nodes the mid evaluated, in path order."""
         if not self.slots:

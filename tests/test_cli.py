@@ -1,0 +1,54 @@
+"""The `generate` command's JSON contract, for every method on the default pair."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from treegraft.cli import main
+
+FIELDS = {"pair": str, "method": str, "prompt_tokens": int, "new_tokens": list, "text": str, "rounds": int,
+          "accepted": list, "wall_s": float, "draft_s": float, "verify_s": float, "mid_calls": int}
+PROMPT = "List three colours of the rainbow."
+
+
+def run_json(capsys, *args):
+    assert main(["generate", "--json", "--dtype", "float32", "--max-new-tokens", "12", "--prompt", PROMPT,
+                 *args]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_every_method_prints_the_contract_and_agrees_with_ar(capsys):
+    ar = run_json(capsys, "--method", "ar")
+    for args in (["--method", "all-small"], ["--method", "all-mid"], ["--method", "fixed"],
+                 ["--method", "fixed", "--schedule", "0,1,0,1,1", "--no-eg"], ["--method", "fixed", "--no-nd"]):
+        out = run_json(capsys, *args)
+        for key, typ in FIELDS.items():
+            assert isinstance(out[key], typ), (key, out[key])
+        assert out["pair"] == "default" and out["method"].startswith(args[1])
+        assert out["new_tokens"] == ar["new_tokens"], args
+        assert len(out["accepted"]) == out["rounds"]
+        assert out["mid_calls"] == (0 if args[1] == "all-small" else out["mid_calls"])
+    assert ar["mid_calls"] == 0 and ar["rounds"] == len(ar["new_tokens"])
+
+
+def test_real_entry_point_text_mode_and_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "treegraft", "generate", "--method", "fixed", "--max-new-tokens",
+                           "8", "--prompt", PROMPT, "--trace", str(trace)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() and "[fixed]" in proc.stderr
+    data = json.loads(trace.read_text())
+    assert data["round_traces"] and {"tree", "steps", "accepted_path"} <= set(data["round_traces"][0])
+
+
+def test_bad_arguments_give_clear_errors(capsys):
+    assert main(["generate", "--pair", "nope", "--prompt", "x"]) == 2
+    assert "unknown pair 'nope'" in capsys.readouterr().err
+    assert main(["generate", "--schedule", "1,2", "--prompt", "x"]) == 2
+    assert "--schedule must be comma-separated 0/1" in capsys.readouterr().err
+    assert main(["generate", "--budget", "0", "--prompt", "x"]) == 2
+    assert "budget" in capsys.readouterr().err

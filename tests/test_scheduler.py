@@ -1,0 +1,143 @@
+"""The learned scheduler: features, collection, value model + margin distillation, shipped file, policy."""
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from treegraft.config import DraftingConfig, GenerationConfig, load_pair, resolve_path
+from treegraft.methods import MethodSpec, make_policy
+from treegraft.policies import Fixed, StepState
+from treegraft.prompts import Prompt
+from treegraft.scheduler.features import PAPER_SIX, TREE_CANDIDATES, FeatureTracker, context_names
+from treegraft.scheduler.policy import LearnedPolicy, SchedulerFile
+from treegraft.scheduler.train import collect, read_dataset, train
+from treegraft.tree import MID, SMALL, DraftTree, add_child
+
+L = math.log
+
+
+def hand_tree():
+    """root -> a(.6) -> c(.4) ; root -> b(.3) ; c is the only node of N_k; mid visited root and a."""
+    t = DraftTree.new(100, 64)
+    a, _ = add_child(t, 0, 1, L(.6), MID, 1)
+    b, _ = add_child(t, 0, 2, L(.3), MID, 1)
+    c, _ = add_child(t, a, 3, L(.4), SMALL, 2)
+    t.mid_visited[[0]] = True
+    t.last_added = [c]
+    return t, (a, b, c)
+
+
+def test_tree_features_on_a_hand_built_tree():
+    t, (a, b, c) = hand_tree()
+    st = StepState(k=3, depth=5, tree=t, actions=[MID, SMALL], prompt_len=10, t_target_ms=50, t_mid_ms=10)
+    tracker = FeatureTracker(width=2, top_k=4)
+    f, ctx = tracker.all_features(st)
+    assert set(f) == set(TREE_CANDIDATES) and len(TREE_CANDIDATES) >= 10
+    assert f["frontier_depth"] == pytest.approx(2 / 5)
+    assert f["leaf_ratio"] == pytest.approx(2 / 4)  # b, c
+    # would-be mid pool = {a, b, c}; top-2 by score: a (.6), b (.3) beat c (.24); both shallower than c
+    assert f["past_reselect_ratio"] == pytest.approx(1.0)
+    assert f["reselect_overlap"] == 0.0
+    assert f["reselect_score"] == pytest.approx((L(.6) + L(.3)) / 2)
+    assert f["pool_ratio"] == pytest.approx(L(3 / 1))
+    assert f["best_score"] == pytest.approx(L(.24))
+    assert f["small_share"] == pytest.approx(1 / 4)
+    assert len(ctx) == len(context_names(5)) == 11
+    assert ctx[3] == pytest.approx(L(5)) and ctx[4] == pytest.approx(3 / 5) and ctx[6:] == [1, 0, 0, 0, 0]
+    assert len(PAPER_SIX) + len(ctx) == 17
+
+
+def synthetic_records(n_prompts=10, rounds=4, depth=3, seed=0):
+    """A known world: calling the mid at step 1 pays (A += 2) iff the collapse debt is high."""
+    rng = np.random.default_rng(seed)
+    out = []
+    n_ctx = len(context_names(depth))
+    for p in range(n_prompts):
+        for r in range(rounds):
+            hard = rng.random() < 0.5
+            trajs = []
+            for tau in itertools.product([0, 1], repeat=depth):
+                feats = []
+                for k in range(1, depth + 1):
+                    tree = rng.normal(size=len(TREE_CANDIDATES)) * 0.1
+                    tree[TREE_CANDIDATES.index("collapse_debt")] = 3.0 if hard else 0.1
+                    ctx = [0.0] * n_ctx
+                    ctx[4] = k / depth
+                    feats.append(tree.tolist() + ctx)
+                A = 1.0 + (2.0 if hard and tau[0] else 0.0) + 0.2 * sum(tau[1:])
+                t = 0.100 + 0.050 * sum(tau)
+                trajs.append({"schedule": list(tau), "A": A, "t_draft": t - 0.08, "t_verify": 0.08,
+                              "features": feats})
+            out.append({"prompt_id": f"p{p}", "round": r, "prompt_len": 10, "trajectories": trajs})
+    return out
+
+
+def test_value_model_and_margin_reproduce_a_known_sign():
+    records = synthetic_records()
+    sched = train(records, depth=3, select=False, log=lambda *_: None)
+    idx = [TREE_CANDIDATES.index(n) for n in sched.tree_features]
+    ctx = [0.0] * len(context_names(3))
+    ctx[4] = 1 / 3
+    for debt, want in ((3.0, True), (0.1, False)):
+        tree = np.zeros(len(TREE_CANDIDATES))
+        tree[TREE_CANDIDATES.index("collapse_debt")] = debt
+        z = np.array([tree[i] for i in idx] + ctx, np.float32)
+        assert (sched.g(z[None])[0, 0] > 0) == want, debt
+
+
+def test_feature_selection_runs_and_prints_a_table():
+    lines = []
+    candidates = ["leaf_ratio", "collapse_debt", "tree_fill", "small_share"]
+    sched = train(synthetic_records(n_prompts=6, rounds=2), depth=3, select=True, log=lines.append, n_keep=2,
+                  candidates=candidates)
+    assert sched.tree_features[0] == "collapse_debt"  # the one signal that matters is picked first
+    assert any("cv_mse" in ln for ln in lines) and len(sched.meta["cv_table"]) == 3
+
+
+def test_collect_one_round_gives_all_schedules_with_consistent_A(tiny_engine, tmp_path):
+    drafting = DraftingConfig(depth=3, width=3, top_k=2, budget=8)
+    out = tmp_path / "data.jsonl"
+    prompt = Prompt("p0", "test", ("t3 t5 t7 t3 t5 t7 t3",))
+    n = collect(tiny_engine, [prompt], out, drafting, rounds_per_prompt=1, max_new_tokens=16)
+    recs = read_dataset(out)
+    assert n == 1 and len(recs) == 1
+    trajs = recs[0]["trajectories"]
+    assert sorted(tuple(t["schedule"]) for t in trajs) == list(itertools.product([0, 1], repeat=3))
+    for t in trajs:
+        assert 0 <= t["A"] <= 3 and len(t["features"]) == 3
+        assert len(t["features"][0]) == len(TREE_CANDIDATES) + len(context_names(3))
+    # replaying one schedule for real from the same state gives the recorded A
+    ids = tiny_engine.encode(prompt.messages)
+    gen = GenerationConfig(max_new_tokens=16)
+    s = tiny_engine.start(ids, MethodSpec("fixed"), drafting.model_copy(update={"schedule": (1, 0, 1)}), gen)
+    tiny_engine.speculative_round(s)
+    for tau in [(0, 0, 0), (1, 1, 1), (1, 0, 1)]:
+        steps, A, _, _ = tiny_engine.trial_round(s, Fixed(tau))
+        rec = next(t for t in trajs if tuple(t["schedule"]) == tau)
+        assert A == rec["A"], tau
+
+
+def test_resume_skips_prompts_already_collected(tiny_engine, tmp_path):
+    drafting = DraftingConfig(depth=2, width=2, top_k=2, budget=4)
+    out = tmp_path / "data.jsonl"
+    p = Prompt("p0", "test", ("t1 t2 t1 t2",))
+    assert collect(tiny_engine, [p], out, drafting, rounds_per_prompt=1, max_new_tokens=8) == 1
+    assert collect(tiny_engine, [p], out, drafting, rounds_per_prompt=1, max_new_tokens=8) == 0
+
+
+def test_shipped_scheduler_for_the_default_pair():
+    pair = load_pair("default")
+    path = resolve_path(pair.scheduler)
+    sched = SchedulerFile.load(path)
+    assert sched.g.n_params == 3265  # 17-64-32-1
+    assert sched.depth == pair.drafting.depth and len(sched.tree_features) == 6
+    assert sched.meta["hardware"] and sched.meta["timings"]["t_target_ms"] > 0
+    policy = make_policy(MethodSpec("treegraft"), pair.drafting, pair.scheduler)
+    assert isinstance(policy, LearnedPolicy) and policy.note is None
+
+
+def test_missing_scheduler_falls_back_and_says_so():
+    policy = make_policy(MethodSpec("treegraft"), DraftingConfig(), "models/none/scheduler.json")
+    assert isinstance(policy, Fixed) and "falls back to the fixed schedule" in policy.note

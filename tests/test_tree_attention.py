@@ -1,0 +1,96 @@
+"""Tree attention and KV handling on the real default pair (float32).
+
+Tolerance: logits agree within 2e-3 absolute (fp32, SDPA; a batched tree forward and a
+plain causal forward sum in different orders, measured differences are ~1e-4).
+"""
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+from treegraft.config import GenerationConfig, DraftingConfig
+from treegraft.methods import MethodSpec
+from treegraft.tree import SMALL, DraftTree, add_child, path_to, unvisited_closure
+from treegraft.verify import TargetModel
+from treegraft.drafters.neural import MidDrafter
+
+ATOL = 2e-3
+
+
+def random_tree(root_token, n_nodes, vocab, seed):
+    rng = np.random.default_rng(seed)
+    t = DraftTree.new(root_token, capacity=n_nodes + 32)
+    while t.n < n_nodes + 1:
+        parent = int(rng.integers(0, t.n))
+        if t.depth[parent] < 5:
+            add_child(t, parent, int(rng.integers(0, vocab)), -1.0, SMALL, 1)
+    return t
+
+
+def plain_logits(model, tokens):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokens])).logits[0, -1]
+
+
+@pytest.fixture(scope="module")
+def prefix(engine):
+    return engine.encode("Tell me about the history of the bicycle.")
+
+
+def test_target_tree_logits_equal_plain_causal_pass(fp32_pair, prefix):
+    target = TargetModel(fp32_pair.target)
+    target.start(prefix)
+    tree = random_tree(prefix[-1], 40, 2000, seed=1)
+    nodes = np.arange(tree.n)
+    tree.kept[:] = True
+    logits = target.verify(tree, nodes)  # [n, vocab]
+    for v in range(0, tree.n, 3):
+        path = [int(tree.token[u]) for u in path_to(tree, v)][1:]
+        ref = plain_logits(fp32_pair.target, prefix + path)
+        assert torch.allclose(logits[v], ref, atol=ATOL), (v, (logits[v] - ref).abs().max())
+
+
+def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(fp32_pair, prefix):
+    """Second evaluation reuses the cached slots of the first (ancestors already evaluated)."""
+    mid = MidDrafter(fp32_pair.mid, len(fp32_pair.tokenizer))
+    mid.start()
+    mid.begin_round()
+    tree = random_tree(prefix[-1], 12, 2000, seed=2)
+    first = np.arange(tree.n)
+    lq1 = mid.evaluate(tree, prefix, first)
+    tree.mid_visited[first] = True
+    for _ in range(10):  # grow under already-evaluated nodes
+        add_child(tree, int(np.random.default_rng(tree.n).integers(0, tree.n)), tree.n + 7, -1.0, SMALL, 2)
+    second = unvisited_closure(tree, np.flatnonzero(~tree.mid_visited[:tree.n]))
+    lq2 = mid.evaluate(tree, prefix, second)
+    for nodes, lq in ((first, lq1), (second, lq2)):
+        for i, v in enumerate(nodes):
+            path = [int(tree.token[u]) for u in path_to(tree, int(v))][1:]
+            ref = torch.log_softmax(plain_logits(fp32_pair.mid, prefix + path).float(), -1)
+            assert torch.allclose(lq[i], ref, atol=ATOL), (v, (lq[i] - ref).abs().max())
+
+
+def cache_of(model, tokens):
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=torch.tensor([tokens]), cache=cache, use_cache=True)
+    return cache
+
+
+@pytest.mark.parametrize("method", ["all-mid", "fixed"])
+def test_kv_caches_after_rounds_equal_plain_pass(engine, fp32_pair, prefix, method):
+    s = engine.start(prefix, MethodSpec(method), DraftingConfig(), GenerationConfig(max_new_tokens=64))
+    for _ in range(3):
+        engine.speculative_round(s)
+    committed = s.committed
+    assert engine.target.cached == len(committed) - 1
+    ref = cache_of(fp32_pair.target, committed[:-1])
+    for got, want in zip(engine.target.cache.layers, ref.layers):
+        assert got.keys.shape == want.keys.shape
+        assert torch.allclose(got.keys, want.keys, atol=ATOL) and torch.allclose(got.values, want.values, atol=ATOL)
+    m = engine.mid.cached
+    assert 0 < m <= len(committed) - 1
+    ref = cache_of(fp32_pair.mid, committed[:m])
+    for got, want in zip(engine.mid.cache.layers, ref.layers):
+        assert got.keys.shape == want.keys.shape
+        assert torch.allclose(got.keys, want.keys, atol=ATOL) and torch.allclose(got.values, want.values, atol=ATOL)

@@ -1,0 +1,121 @@
+"""The online policies built from a trained scheduler file: `treegraft` (g_psi margin) and `oracle`.
+
+A scheduler file is JSON (no pickle): the selected tree features, the context
+features, g_psi and f_theta as plain weight lists with their normalisations, and
+the hardware and timings it was trained on. g_psi runs in numpy: 3,265 multiply-adds.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..policies import Decision, Policy, StepState
+from ..tree import MID, SMALL
+from .features import FeatureTracker
+
+
+@dataclass
+class NumpyMLP:
+    layers: list[tuple[np.ndarray, np.ndarray]]  # (W [out, in], b [out])
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    y_mean: np.ndarray
+    y_std: np.ndarray
+
+    @classmethod
+    def from_torch(cls, net, xn, yn) -> "NumpyMLP":
+        lin = [m for m in net if hasattr(m, "weight")]
+        return cls([(m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy()) for m in lin],
+                   xn.mean, xn.std, yn.mean, yn.std)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "NumpyMLP":
+        return cls([(np.array(w, np.float32), np.array(b, np.float32)) for w, b in d["layers"]],
+                   *(np.array(d[k], np.float32) for k in ("x_mean", "x_std", "y_mean", "y_std")))
+
+    def to_json(self) -> dict:
+        return {"layers": [(w.tolist(), b.tolist()) for w, b in self.layers],
+                **{k: np.asarray(getattr(self, k)).tolist() for k in ("x_mean", "x_std", "y_mean", "y_std")}}
+
+    @property
+    def n_params(self) -> int:
+        return sum(w.size + b.size for w, b in self.layers)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h = (x - self.x_mean) / self.x_std
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w.T + b
+            if i < len(self.layers) - 1:
+                h = np.maximum(h, 0)
+        return h * self.y_std + self.y_mean
+
+
+@dataclass
+class SchedulerFile:
+    depth: int
+    tree_features: list[str]
+    g: NumpyMLP
+    value: NumpyMLP
+    meta: dict
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SchedulerFile":
+        d = json.loads(Path(path).read_text())
+        return cls(d["depth"], d["tree_features"], NumpyMLP.from_json(d["g"]), NumpyMLP.from_json(d["value"]),
+                   d.get("meta", {}))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"version": 1, "depth": self.depth, "tree_features": self.tree_features,
+                                          "g": self.g.to_json(), "value": self.value.to_json(),
+                                          "meta": self.meta}))
+
+
+class LearnedPolicy(Policy):
+    """TreeGraft's online scheduler: call the mid when g_psi(z) > 0, within B0 mid calls per round."""
+
+    name = "treegraft"
+
+    def __init__(self, sched: SchedulerFile, width: int, top_k: int, budget_b0: int | None = None):
+        self.sched, self.b0 = sched, budget_b0
+        self.tracker = FeatureTracker(width, top_k)
+
+    def start_round(self) -> None:
+        self.tracker.start_round()
+
+    def decide(self, st: StepState) -> Decision:
+        z = self.tracker.vector(st, self.sched.tree_features)
+        margin = float(self.sched.g(z[None])[0, 0])
+        within = self.b0 is None or sum(st.actions) < self.b0
+        return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist())
+
+
+class OraclePolicy(Policy):
+    """Search every future with f_theta at each step (SPEC 4: the paper finds this collapses)."""
+
+    name = "oracle"
+
+    def __init__(self, sched: SchedulerFile, width: int, top_k: int):
+        self.sched = sched
+        self.tracker = FeatureTracker(width, top_k)
+
+    def start_round(self) -> None:
+        self.tracker.start_round()
+
+    def decide(self, st: StepState) -> Decision:
+        from .value import futures
+
+        z = self.tracker.vector(st, self.sched.tree_features)
+        d, k = st.depth, st.k
+        fut = futures(d - k)
+        best = []
+        for a in (0, 1):
+            future = np.zeros((len(fut), d), np.float32)
+            future[:, k:] = fut
+            x = np.concatenate([np.repeat(z[None], len(fut), 0), np.full((len(fut), 1), a, np.float32), future], 1)
+            pred = self.sched.value(x)
+            best.append(float((np.clip(pred[:, 0], 0, None) / np.clip(pred[:, 1], 1e-3, None)).max()))
+        margin = best[1] - best[0]
+        return Decision(MID if margin > 0 else SMALL, margin, z.tolist())

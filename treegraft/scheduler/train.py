@@ -1,0 +1,125 @@
+"""`scheduler collect` and `scheduler train`: the offline half of SPEC 5.
+
+collect: for sampled rounds of real prompts, from the same starting state, run
+every schedule tau in {0,1}^D through drafting and target verification (caches
+rolled back after each), recording A, t_D, t_V and the candidate features at
+every step; one JSON line per round, appended, so a run can be resumed.
+
+train: fit f_theta with 5-fold CV grouped by prompt, select the compact tree
+features by that CV, compute margin labels on canonical states and fit g_psi
+(17-64-32-1 for D = 5); write the scheduler file.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..config import DraftingConfig, GenerationConfig
+from ..methods import MethodSpec
+from ..policies import Decision, Fixed, StepState
+from .features import PAPER_SIX, TREE_CANDIDATES, FeatureTracker, context_names
+from .policy import NumpyMLP, SchedulerFile
+from .value import margin_labels, select_features, step_rows, train_regressor, value_inputs
+
+G_HIDDEN = [64, 32]
+VALUE_HIDDEN = [64, 64]
+
+
+class RecordingPolicy(Fixed):
+    """A fixed schedule that also computes every candidate feature before each step."""
+
+    def __init__(self, schedule, width: int, top_k: int):
+        super().__init__(schedule)
+        self.tracker = FeatureTracker(width, top_k)
+
+    def start_round(self) -> None:
+        self.tracker.start_round()
+
+    def decide(self, st: StepState) -> Decision:
+        tree, ctx = self.tracker.all_features(st)
+        d = super().decide(st)
+        d.features = [tree[n] for n in TREE_CANDIDATES] + ctx
+        return d
+
+
+def collect(engine, prompts, out: Path, drafting: DraftingConfig, rounds_per_prompt: int = 6,
+            max_new_tokens: int = 96, max_minutes: float = 30.0, behaviour: tuple[int, ...] = (1, 0, 1, 0, 1)) -> int:
+    """Append one line per sampled round to `out`; prompts already there are skipped (resume)."""
+    done = set()
+    if out.exists():
+        done = {json.loads(ln)["prompt_id"] for ln in out.read_text().splitlines() if ln.strip()}
+    schedules = list(itertools.product([0, 1], repeat=drafting.depth))
+    gen = GenerationConfig(max_new_tokens=max_new_tokens)
+    deadline = time.time() + 60 * max_minutes
+    written = 0
+    todo = [p for p in prompts if p.id not in done]
+    with out.open("a") as f, tqdm(total=len(todo) * rounds_per_prompt, desc="collect rounds") as bar:
+        for prompt in todo:
+            if time.time() > deadline:
+                break
+            s = engine.start(engine.encode(prompt.messages), MethodSpec("fixed"),
+                             drafting.model_copy(update={"schedule": behaviour}), gen)
+            engine.speculative_round(s)  # warm the timing estimates
+            lines = []
+            for r in range(rounds_per_prompt):
+                if engine.finished(s) or time.time() > deadline:
+                    break
+                trajs = []
+                for tau in schedules:
+                    steps, A, t_d, t_v = engine.trial_round(s, RecordingPolicy(tau, drafting.width, drafting.top_k))
+                    trajs.append({"schedule": list(tau), "A": A, "t_draft": t_d, "t_verify": t_v,
+                                  "features": [st.features for st in steps]})
+                lines.append({"prompt_id": prompt.id, "category": prompt.category, "round": r,
+                              "prompt_len": s.prompt_len, "trajectories": trajs})
+                engine.speculative_round(s)
+                s.rounds += 1
+                bar.update(1)
+            for line in lines:  # a prompt is written whole, so resuming never duplicates rounds
+                f.write(json.dumps(line) + "\n")
+            f.flush()
+            written += len(lines)
+    return written
+
+
+def read_dataset(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+
+def train(records: list[dict], depth: int, select: bool = True, log=print, seed: int = 0, n_keep: int = 6,
+          candidates: list[str] | None = None) -> SchedulerFile:
+    rows = step_rows(records, depth)
+    log(f"dataset: {len(records)} rounds, {len(rows.A)} step rows, {len(np.unique(rows.group))} prompts")
+    if select:
+        log("feature selection (greedy forward, 5-fold CV grouped by prompt, f_theta held-out MSE):")
+        names, table = select_features(rows, n_keep=n_keep, candidates=candidates, log=log)
+    else:
+        names, table = list(PAPER_SIX), []
+    idx = [TREE_CANDIDATES.index(n) for n in names]
+    x = value_inputs(rows, idx)
+    y = np.stack([rows.A, rows.t], 1)
+    net, xn, yn = train_regressor(x, y, VALUE_HIDDEN, epochs=600, seed=seed)
+    z, margin = margin_labels(rows, idx, net, xn, yn, depth)
+    log(f"margin labels: {len(z)} canonical states, share > 0: {float((margin > 0).mean()):.2f}")
+    g, gx, gy = train_regressor(z, margin[:, None], G_HIDDEN, epochs=1500, seed=seed)
+    g_np = NumpyMLP.from_torch(g, gx, gy)
+    agree = float(np.mean((g_np(z)[:, 0] > 0) == (margin > 0)))
+    log(f"g_psi: {g_np.n_params} parameters, sign agreement with the margin labels {agree:.3f}")
+    ctx = rows.ctx
+    meta = {"context_features": context_names(depth), "cv_table": table, "n_params": g_np.n_params,
+            "sign_agreement": agree, "rounds": len(records), "hardware": hardware(),
+            "timings": {"t_target_ms": float(np.median(ctx[:, 1])), "t_mid_ms": float(np.median(ctx[:, 2]))},
+            "trained_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return SchedulerFile(depth, names, g_np, NumpyMLP.from_torch(net, xn, yn), meta)
+
+
+def hardware() -> dict:
+    return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}

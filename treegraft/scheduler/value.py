@@ -1,0 +1,179 @@
+"""Offline value system f_theta, feature selection by grouped CV, margin labels and g_psi (SPEC 5).
+
+Dataset rows come from `collect`: for each sampled round, all 2^D schedules tau were
+drafted and verified from the same state, recording A, t = t_D + t_V and the candidate
+features z_k at every step. f_theta maps (z_k, a_k, tau_{k+1:D}) to (A, t); the margin
+of a state is max_tau eta_hat(z, 1, tau) - max_tau eta_hat(z, 0, tau) with eta = A / t;
+g_psi (17-64-32-1 ReLU, z-scored in and out) regresses it.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .features import TREE_CANDIDATES
+
+
+def mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+@dataclass
+class Norm:
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> "Norm":
+        return cls(x.mean(0), x.std(0) + 1e-6)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.mean) / self.std
+
+    def inverse(self, y: np.ndarray) -> np.ndarray:
+        return y * self.std + self.mean
+
+
+def train_regressor(x: np.ndarray, y: np.ndarray, hidden: list[int], epochs: int, seed: int = 0,
+                    lr: float = 3e-3) -> tuple[nn.Sequential, Norm, Norm]:
+    """Full-batch Adam on z-scored inputs and targets; returns (net, x_norm, y_norm)."""
+    torch.manual_seed(seed)
+    xn, yn = Norm.fit(x), Norm.fit(y)
+    xt = torch.from_numpy(xn(x).astype(np.float32))
+    yt = torch.from_numpy(yn(y).astype(np.float32))
+    net = mlp([x.shape[1], *hidden, y.shape[1]])
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=1e-5)
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = ((net(xt) - yt) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return net.eval(), xn, yn
+
+
+def predict(net: nn.Sequential, xn: Norm, yn: Norm, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        out = net(torch.from_numpy(xn(x).astype(np.float32))).numpy()
+    return yn.inverse(out)
+
+
+# --- the dataset ---------------------------------------------------------------------------------
+
+@dataclass
+class StepRows:
+    """One row per (trajectory, step k)."""
+
+    tree: np.ndarray  # [rows, n_candidates] tree features, TREE_CANDIDATES order
+    ctx: np.ndarray  # [rows, n_ctx] context/history features
+    action: np.ndarray  # [rows] a_k
+    future: np.ndarray  # [rows, D] tau_j for j > k, else 0
+    k: np.ndarray  # [rows] 1..D
+    state: np.ndarray  # [rows] canonical state id: (round, k, tau_{1:k-1})
+    group: np.ndarray  # [rows] prompt id (CV groups)
+    A: np.ndarray  # [rows] accepted tokens of the trajectory
+    t: np.ndarray  # [rows] t_D + t_V (ms) of the trajectory
+
+
+def step_rows(records: list[dict], depth: int) -> StepRows:
+    cols: dict[str, list] = {k: [] for k in StepRows.__dataclass_fields__}
+    states: dict[tuple, int] = {}
+    n_tree = len(TREE_CANDIDATES)
+    for rec in records:
+        for traj in rec["trajectories"]:
+            tau = traj["schedule"]
+            for k in range(1, depth + 1):
+                feats = traj["features"][k - 1]
+                key = (rec["prompt_id"], rec["round"], k, tuple(tau[: k - 1]))
+                cols["tree"].append(feats[:n_tree])
+                cols["ctx"].append(feats[n_tree:])
+                cols["action"].append(tau[k - 1])
+                cols["future"].append([tau[j] if j >= k else 0 for j in range(depth)])
+                cols["k"].append(k)
+                cols["state"].append(states.setdefault(key, len(states)))
+                cols["group"].append(rec["prompt_id"])
+                cols["A"].append(traj["A"])
+                cols["t"].append(1000 * (traj["t_draft"] + traj["t_verify"]))
+    arr = {k: np.array(v) for k, v in cols.items()}
+    return StepRows(**{k: arr[k].astype(np.float32) if k in ("tree", "ctx", "future", "A", "t") else arr[k]
+                       for k in arr})
+
+
+def value_inputs(rows: StepRows, tree_idx: list[int]) -> np.ndarray:
+    return np.concatenate([rows.tree[:, tree_idx], rows.ctx, rows.action[:, None], rows.future], axis=1)
+
+
+def grouped_folds(groups: np.ndarray, n_folds: int = 5, seed: int = 0) -> list[np.ndarray]:
+    uniq = np.unique(groups)
+    rng = np.random.default_rng(seed)
+    rng.shuffle(uniq)
+    return [np.isin(groups, part) for part in np.array_split(uniq, n_folds)]
+
+
+def cv_error(rows: StepRows, tree_idx: list[int], hidden=(32, 32), epochs=120, n_folds=5) -> float:
+    """Held-out error of f_theta (mean squared error of z-scored A and t), folds grouped by prompt."""
+    x = value_inputs(rows, tree_idx)
+    y = np.stack([rows.A, rows.t], 1)
+    errs = []
+    for test in grouped_folds(rows.group, n_folds):
+        if test.all() or not test.any():
+            continue
+        net, xn, yn = train_regressor(x[~test], y[~test], list(hidden), epochs)
+        pred = predict(net, xn, yn, x[test])
+        errs.append(float((((pred - y[test]) / yn.std) ** 2).mean()))
+    return float(np.mean(errs))
+
+
+def select_features(rows: StepRows, n_keep: int = 6, candidates: list[str] | None = None,
+                    log=print) -> tuple[list[str], list[tuple[str, float]]]:
+    """Greedy forward selection of tree features by grouped 5-fold CV; returns (selection, table)."""
+    chosen: list[int] = []
+    table = [("(context only)", cv_error(rows, []))]
+    log(f"  {'(context only)':60s} cv_mse={table[0][1]:.4f}")
+    remaining = [TREE_CANDIDATES.index(c) for c in (candidates or TREE_CANDIDATES)]
+    while len(chosen) < n_keep and remaining:
+        scored = [(cv_error(rows, chosen + [c]), c) for c in remaining]
+        err, best = min(scored)
+        chosen.append(best)
+        remaining.remove(best)
+        name = "+".join(TREE_CANDIDATES[i] for i in chosen)
+        table.append((name, err))
+        log(f"  {name:60s} cv_mse={err:.4f}")
+    return [TREE_CANDIDATES[i] for i in chosen], table
+
+
+def futures(n: int) -> np.ndarray:
+    """[2^n, n] every binary future of n steps (one empty row for n = 0)."""
+    return np.array(list(itertools.product([0, 1], repeat=n)), dtype=np.float32).reshape(2 ** n, n)
+
+
+def eta_hat(net, xn, yn, z: np.ndarray, k: int, action: int, depth: int) -> np.ndarray:
+    """max over futures of A_hat / t_hat for states z [m, dz] at step k taking `action`: [m]."""
+    fut = futures(depth - k)  # [f, D - k]
+    m, f = len(z), len(fut)
+    future = np.zeros((m * f, depth), dtype=np.float32)
+    future[:, k:] = np.tile(fut, (m, 1))
+    x = np.concatenate([np.repeat(z, f, 0), np.full((m * f, 1), action, np.float32), future], 1)
+    pred = predict(net, xn, yn, x)
+    eta = np.clip(pred[:, 0], 0, None) / np.clip(pred[:, 1], 1e-3, None)
+    return eta.reshape(m, f).max(1)
+
+
+def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """(z*, y) for each canonical state: y = max_tau eta_hat(z*, 1, tau) - max_tau eta_hat(z*, 0, tau)."""
+    _, first = np.unique(rows.state, return_index=True)
+    z = np.concatenate([rows.tree[first][:, tree_idx], rows.ctx[first]], 1)
+    ks = rows.k[first]
+    y = np.zeros(len(first), dtype=np.float32)
+    for k in np.unique(ks):
+        sel = ks == k
+        y[sel] = eta_hat(net, xn, yn, z[sel], int(k), 1, depth) - eta_hat(net, xn, yn, z[sel], int(k), 0, depth)
+    return z, y
