@@ -67,7 +67,22 @@ def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(fp32_pair, prefix
         for i, v in enumerate(nodes):
             path = [int(tree.token[u]) for u in path_to(tree, int(v))][1:]
             ref = torch.log_softmax(plain_logits(fp32_pair.mid, prefix + path).float(), -1)
-            assert torch.allclose(lq[i], ref, atol=ATOL), (v, (lq[i] - ref).abs().max())
+            assert torch.allclose(lq.logq[i], ref, atol=ATOL), (v, (lq.logq[i] - ref).abs().max())
+
+
+def test_mid_draft_vocabulary_restricts_the_head(fp32_pair, prefix):
+    vocab = torch.arange(0, 4000, 3)
+    mid = MidDrafter(fp32_pair.mid, len(fp32_pair.tokenizer), vocab)
+    mid.start()
+    mid.begin_round()
+    tree = random_tree(prefix[-1], 6, 2000, seed=3)
+    scores = mid.evaluate(tree, prefix, np.arange(tree.n))
+    full = plain_logits(fp32_pair.mid, prefix).float()
+    assert torch.allclose(scores.logq[0], torch.log_softmax(full[vocab], -1), atol=ATOL)
+    toks, lps = scores.topk(torch.tensor([0]), 4)
+    assert set(toks[0].tolist()) <= set(vocab.tolist())
+    lp, known = scores.of(torch.tensor([0, 0]), torch.tensor([3, 4]))
+    assert known.tolist() == [True, False] and lp[0] == scores.logq[0, 1]
 
 
 def cache_of(model, tokens):

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import DEFAULT_MODELS_YAML, ConfigError, load_models_file, load_pair, resolve_path
+from .config import DEFAULT_MODELS_YAML, ConfigError, load_models_file, load_pair, resolve_path, with_overrides
 
 
 def _distill(args) -> int:
@@ -15,7 +15,7 @@ def _distill(args) -> int:
     pair = load_pair(args.pair, args.models)
     out = Path(args.out) if args.out else resolve_path(pair.mid.path or "models/distilled-mid")
     s = DistillSettings(layers=args.layers, minutes=args.minutes, max_steps=args.max_steps, seed=args.seed,
-                        lr=args.lr, batch=args.batch, seq_len=args.seq_len)
+                        lr=args.lr, batch=args.batch, seq_len=args.seq_len, init_from=args.init_from)
     distill(pair, out, s)
     return 0
 
@@ -48,6 +48,41 @@ def _sched_train(args) -> int:
     return 0
 
 
+def _draft_vocab(args) -> int:
+    from .distill import write_draft_vocab
+    from .models import load_tokenizer
+
+    pair = load_pair(args.pair, args.models)
+    out = Path(args.out) if args.out else resolve_path(pair.mid.draft_vocab or "draft_vocab.json")
+    info = write_draft_vocab(load_tokenizer(pair.target), out, args.size)
+    print(json.dumps({"out": str(out), **info}))
+    return 0
+
+
+def _bench(args) -> int:
+    from .bench import bench_meta, parse_methods, run_bench, write_outputs
+    from .engine import Engine
+    from .models import load_pair_models
+    from .prompts import load_prompts
+
+    pair = load_pair(args.pair, args.models)
+    drafting = with_overrides(pair.drafting, budget=args.budget, width=args.width, depth=args.depth)
+    gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    prompts = load_prompts(args.prompts or args.suite)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    methods = parse_methods(args.methods, drafting)
+    engine = Engine(load_pair_models(pair, args.dtype))
+    rows = run_bench(engine, prompts, methods, gen, args.repeats, progress=not args.json)
+    meta = bench_meta(args.pair, engine, prompts, gen, args.repeats, "python -m treegraft " + " ".join(sys.argv[1:]))
+    summary = write_outputs(Path(args.out), rows, meta)
+    if args.json:
+        print(json.dumps({"meta": meta, "overall": {m: v["all"] for m, v in summary["overall"].items()}}))
+    else:
+        print((Path(args.out) / "report.md").read_text())
+    return 0
+
+
 def _pairs(args) -> int:
     for name, pair in load_models_file(args.models).pairs.items():
         print(f"{name:32s} target={pair.target.describe():45s} mid={pair.mid.describe()}")
@@ -73,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batch", type=int, default=8)
     d.add_argument("--seq-len", type=int, default=128)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--init-from", default=None, help="continue training a saved mid folder")
     d.set_defaults(func=_distill)
 
     sc = sub.add_parser("scheduler", help="offline scheduler training (SPEC 5)")
@@ -92,6 +128,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, help="default: the pair's `scheduler:` path")
     t.add_argument("--no-select", action="store_true", help="use the paper's six tree features, no CV selection")
     t.set_defaults(func=_sched_train)
+
+    v = sub.add_parser("draft-vocab", help="rank tokens by frequency for the mid's draft head (FR-Spec style)")
+    v.add_argument("--pair", default="default")
+    v.add_argument("--out", default=None, help="default: the pair's mid draft_vocab path")
+    v.add_argument("--size", type=int, default=16384)
+    v.set_defaults(func=_draft_vocab)
+
+    b = sub.add_parser("bench", help="run methods side by side on a prompt suite; speedups over AR")
+    b.add_argument("--pair", default="default")
+    b.add_argument("--methods", default="ar,all-small,all-mid,fixed")
+    b.add_argument("--suite", default="bench")
+    b.add_argument("--prompts", default=None, help="a JSONL prompt file (overrides --suite)")
+    b.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    b.add_argument("--max-new-tokens", type=int, default=64)
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--budget", type=int, default=None)
+    b.add_argument("--width", type=int, default=None)
+    b.add_argument("--depth", type=int, default=None)
+    b.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    b.add_argument("--out", default="bench_out")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=_bench)
 
     ls = sub.add_parser("pairs", help="list the pairs of models.yaml")
     ls.set_defaults(func=_pairs)

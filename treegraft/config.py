@@ -58,6 +58,8 @@ class ModelSource(_Strict):
     gguf_file: str | None = None
     trust_remote_code: bool = False
     share_embeddings_with_target: bool = False
+    draft_vocab: str | None = None  # mid only: JSON list of token ids, most frequent first (FR-Spec-style head)
+    draft_vocab_size: int | None = Field(None, ge=16, description="use the first N ids of draft_vocab")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSource":

@@ -48,6 +48,7 @@ class DistillSettings:
     seed: int = 0
     code_share: float = 0.2
     save_every: int = 200
+    init_from: str | None = None  # continue from a saved mid folder
 
 
 def sharegpt_conversations(limit: int, seed: int) -> list[list[dict]]:
@@ -91,6 +92,18 @@ def token_stream(tok, settings: DistillSettings, n_conversations: int = 20_000) 
     for src in stdlib_sources(settings.seed):
         code += tok(src, add_special_tokens=False).input_ids + [tok.eos_token_id]
     return torch.tensor(chat), torch.tensor(code)
+
+
+def write_draft_vocab(tok, out: Path, size: int = 16384, seed: int = 0) -> dict:
+    """Token ids ranked by frequency over the distillation text (chat + code), for the mid's draft head."""
+    chat, code = token_stream(tok, DistillSettings(seed=seed))
+    counts = torch.bincount(torch.cat([chat, code]), minlength=len(tok))
+    ranked = counts.argsort(descending=True)[:size]
+    ranked = ranked[counts[ranked] > 0].tolist()
+    out.write_text(json.dumps(ranked))
+    total = counts.sum().item()
+    cover = {n: round(counts[ranked[:n]].sum().item() / total, 4) for n in (2048, 4096, 8192, 16384)}
+    return {"tokens_counted": total, "size": len(ranked), "coverage": cover}
 
 
 def build_student(target, layers: int):
@@ -157,6 +170,12 @@ def distill(pair: PairConfig, out: Path, s: DistillSettings) -> dict:
     dtype = pick_dtype(pair.dtype, device)  # bf16 only where the CPU has native bf16 (else it is ~6x slower)
     teacher = load_model(pair.target, dtype, device)
     student = build_student(teacher, s.layers).to(device)
+    if s.init_from:
+        from safetensors.torch import load_file
+
+        missing = student.load_state_dict(load_file(str(Path(s.init_from) / "model.safetensors")), strict=False)
+        assert not missing.unexpected_keys, missing.unexpected_keys
+        print(f"continuing from {s.init_from}", flush=True)
     student.get_input_embeddings().requires_grad_(False)
     params = [p for n, p in student.named_parameters() if p.requires_grad and "embed_tokens" not in n]
     print(f"student: {s.layers} layers, {sum(p.numel() for p in params) / 1e6:.1f}M trainable params", flush=True)

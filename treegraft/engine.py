@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .config import DraftingConfig, GenerationConfig
-from .drafters.neural import MidDrafter
+from .drafters.neural import MidDrafter, MidScores
 from .drafters.ngram import NgramIndex
 from .kv import timed
 from .methods import MethodSpec, make_policy
@@ -58,7 +58,7 @@ class Engine:
         self.pair = pair
         self.tokenizer = pair.tokenizer
         self.target = TargetModel(pair.target)
-        self.mid = MidDrafter(pair.mid, len(pair.tokenizer))
+        self.mid = MidDrafter(pair.mid, len(pair.tokenizer), pair.mid_vocab)
         gc_eos = pair.target.generation_config.eos_token_id
         eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos] if gc_eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
@@ -107,8 +107,8 @@ class Engine:
             frontier = top_w(tree, pool, s.drafting.width)
             tree.graft_site[frontier] = True
             rows = rows_of(batch, tree.n)[frontier]
-            top = logq[torch.from_numpy(rows)].topk(s.drafting.top_k, dim=-1)  # [W, K]
-            for f, toks, lps in zip(frontier.tolist(), top.indices.tolist(), top.values.tolist()):
+            top_tokens, top_lp = logq.topk(torch.from_numpy(rows), s.drafting.top_k)  # [W, K] each
+            for f, toks, lps in zip(frontier.tolist(), top_tokens.tolist(), top_lp.tolist()):
                 if not s.method.nd:
                     removed += delete_subtree(tree, f)
                 for tok, lp in zip(toks, lps):
@@ -123,15 +123,16 @@ class Engine:
                          reselection_rate(tree, frontier, leaf_depth), dt)
 
     @staticmethod
-    def _refresh_children(tree: DraftTree, batch: np.ndarray, logq: torch.Tensor) -> None:
+    def _refresh_children(tree: DraftTree, batch: np.ndarray, logq: MidScores) -> None:
         """p(c) = q_mid(token(c) | parent(c)) for every live child of an evaluated node; then s top-down."""
         row = rows_of(batch, tree.n)
         n = tree.n
         kids = np.flatnonzero(tree.alive[:n] & (tree.parent[:n] >= 0))
         kids = kids[row[tree.parent[kids]] >= 0]
         if len(kids):
-            lp = logq[torch.from_numpy(row[tree.parent[kids]]), torch.from_numpy(tree.token[kids])]
-            tree.logp[kids] = lp.double().cpu().numpy()
+            lp, known = logq.of(torch.from_numpy(row[tree.parent[kids]]), torch.from_numpy(tree.token[kids]))
+            known = known.cpu().numpy()
+            tree.logp[kids[known]] = lp.double().cpu().numpy()[known]
             recompute_scores(tree)
 
     def draft(self, s: Session, tree: DraftTree) -> list[StepTrace]:

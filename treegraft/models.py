@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class LoadedPair:
     mid: PreTrainedModel
     device: torch.device
     dtype: torch.dtype
+    mid_vocab: torch.Tensor | None = None  # [S] the mid's draft vocabulary (None: all tokens)
 
 
 def cache_root() -> Path:
@@ -189,4 +191,19 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     mid = _load_or_explain("mid drafter", pair.mid, lambda: load_model(pair.mid, torch_dtype, device))
     if pair.mid.share_embeddings_with_target:
         share_embeddings(mid, target)
-    return LoadedPair(pair, tok, target, mid, device, torch_dtype)
+    return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)))
+
+
+def load_draft_vocab(src: ModelSource, vocab_size: int) -> torch.Tensor | None:
+    """The mid's draft vocabulary: a JSON list of token ids (most frequent first), cut to `draft_vocab_size`."""
+    if not src.draft_vocab:
+        return None
+    path = resolve_path(src.draft_vocab)
+    try:
+        ids = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"draft vocabulary {path} could not be read: {err}") from None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids):
+        raise ModelLoadError(f"draft vocabulary {path} must be a JSON list of token ids below {vocab_size}")
+    ids = ids[: src.draft_vocab_size] if src.draft_vocab_size else ids
+    return torch.tensor(ids, dtype=torch.long)

@@ -8,6 +8,8 @@ committed part plus the slots of the accepted path that the mid evaluated.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from transformers import DynamicCache
@@ -16,12 +18,47 @@ from ..kv import additive_mask, keep_slots
 from ..tree import DraftTree, path_to
 
 
+@dataclass
+class MidScores:
+    """The mid's log-probabilities at a batch of nodes, over its draft vocabulary."""
+
+    logq: torch.Tensor  # [n, S] log q_mid over the draft vocabulary
+    vocab: torch.Tensor | None  # [S] token ids of the columns (None: the whole vocabulary, S = V)
+    col_of: torch.Tensor | None  # [V] column of each token id, -1 outside the draft vocabulary
+
+    def of(self, rows: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log q [m], known [m]) for tokens at rows; tokens outside the draft vocabulary are not known."""
+        if self.col_of is None:
+            return self.logq[rows, tokens], torch.ones_like(tokens, dtype=torch.bool)
+        cols = self.col_of[tokens]
+        known = cols >= 0
+        return self.logq[rows, cols.clamp(min=0)], known
+
+    def topk(self, rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens [m, k], log q [m, k]), best first."""
+        top = self.logq[rows].topk(k, dim=-1)
+        tokens = top.indices if self.vocab is None else self.vocab[top.indices]
+        return tokens, top.values
+
+
 class MidDrafter:
-    def __init__(self, model, vocab_size: int):
+    """`draft_vocab` (optional): restrict the mid's head to these token ids (a frequency-ranked subset,
+    as in FR-Spec): on a small CPU pair the 49k-row head is most of the mid's cost. Children whose token
+    lies outside it keep the p they had (the mid has no opinion on them)."""
+
+    def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None):
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = vocab_size  # the shared tokenizer's size; padded embedding rows are ignored
+        head = model.get_output_embeddings().weight[:vocab_size]  # [V, hidden]
+        self.vocab = self.col_of = None
+        if draft_vocab is not None:
+            self.vocab = draft_vocab.to(self.device)
+            self.col_of = torch.full((vocab_size,), -1, dtype=torch.long, device=self.device)
+            self.col_of[self.vocab] = torch.arange(len(self.vocab), device=self.device)
+            head = head[self.vocab]
+        self.head = head.detach().contiguous()  # [S, hidden]
         self.cache = DynamicCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
@@ -33,7 +70,7 @@ class MidDrafter:
         self.slots = {}
 
     @torch.no_grad()
-    def evaluate(self, tree: DraftTree, committed: list[int], nodes: np.ndarray) -> torch.Tensor:
+    def evaluate(self, tree: DraftTree, committed: list[int], nodes: np.ndarray) -> MidScores:
         """log q_mid(. | path to u) for every u in `nodes` (index order; unvisited ancestors included)."""
         pending = committed[self.cached: len(committed) - 1]
         base, cache_len, p, n = self.cached, self.cache.get_seq_length(), len(pending), len(nodes)
@@ -48,14 +85,14 @@ class MidDrafter:
         root_pos = len(committed) - 1
         positions = np.concatenate([np.arange(base, base + p), root_pos + tree.depth[nodes]])
         ids = torch.tensor([pending + tree.token[nodes].tolist()], device=self.device)  # [1, p + n]
-        out = self.model(input_ids=ids, attention_mask=additive_mask(visible, self.dtype, self.device),
-                         position_ids=torch.from_numpy(positions)[None].to(self.device),
-                         cache=self.cache, use_cache=True)
+        out = self.model.model(input_ids=ids, attention_mask=additive_mask(visible, self.dtype, self.device),
+                               position_ids=torch.from_numpy(positions)[None].to(self.device),
+                               cache=self.cache, use_cache=True)  # the stock decoder; the head is ours
         for i, v in enumerate(nodes):
             self.slots[int(v)] = cache_len + p + i
         self.cached += p
-        logits = out.logits[0, p:, : self.vocab_size]  # [n, vocab]
-        return torch.log_softmax(logits.float(), dim=-1)
+        logits = out.last_hidden_state[0, p:] @ self.head.T  # [n, S]
+        return MidScores(torch.log_softmax(logits.float(), dim=-1), self.vocab, self.col_of)
 
     def rollback(self, cached: int) -> None:
         """Back to a state holding `cached` committed tokens and no node slots."""

@@ -1,0 +1,129 @@
+"""Figure builders are pure: trace in, figure out (no server, no model)."""
+import json
+import math
+
+import pytest
+
+from treegraft.trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot, dumps
+from treegraft.tree import MID, SMALL, DraftTree, add_child, delete_subtree, prune
+from ui.charts import counters_html, margin_figure, output_segments, speedup_figure
+from ui.trace_io import TraceError, load_trace, parse_trace
+from ui.tree_figure import COLORS, tree_figure
+
+STRINGS = {100: "root", 1: " a", 2: " b", 3: " c", 4: " d", 5: " e", 6: " f", 9: "!"}
+
+
+def hand_round():
+    """root -> a(small) -> c(mid) ; root -> b(mid, graft child) ; a -> d(small, pruned); b -> e (both)."""
+    t = DraftTree.new(100, 32)
+    a, _ = add_child(t, 0, 1, math.log(.9), SMALL, 1)
+    d, _ = add_child(t, a, 4, math.log(.01), SMALL, 2)
+    t.graft_site[[0, a]] = True
+    b, _ = add_child(t, 0, 2, math.log(.5), MID, 3)
+    c, _ = add_child(t, a, 3, math.log(.8), MID, 3)
+    e, _ = add_child(t, b, 5, math.log(.4), MID, 3)
+    add_child(t, b, 5, math.log(.6), SMALL, 4)  # confirmation: e proposed by both
+    prune(t, 4)  # drops d (lowest score)
+    steps = [StepTrace(1, "small", [0], [0], [a], [], [], 1, None, .001, margin=-0.2),
+             StepTrace(2, "small", [a], [a], [d], [], [], 1, None, .001, margin=-0.1),
+             StepTrace(3, "mid", [0, a, d], [0, a], [b, c, e], [], [], 1, 0.5, .02, margin=0.3),
+             StepTrace(4, "small", [b, c, e], [b], [], [e], [], 3, None, .001, margin=-0.3)]
+    return RoundTrace(0, 10, TreeSnapshot.of(t), steps, [0, a, c], [1, 3], 9, .03, .05, .001, .081), (a, b, c, d, e)
+
+
+def trace_names(fig):
+    return {tr.name: tr for tr in fig.data}
+
+
+def test_kept_view_counts_colours_and_accepted_path():
+    rt, (a, b, c, d, e) = hand_round()
+    fig = tree_figure(rt, STRINGS, show="kept")
+    tr = trace_names(fig)
+    assert len(tr["small drafter (n-gram)"].x) == 1  # a
+    assert len(tr["mid drafter"].x) == 2  # b, c
+    assert len(tr["proposed by both drafters"].x) == 1  # e
+    assert "pruned (not verified)" not in tr  # kept view hides d
+    assert list(tr["mid drafter"].marker.color) == [COLORS["mid"]] * 2
+    assert len(tr["accepted path"].x) == 3 and tr["bonus token (from the target)"].text == ("!",)
+    assert len(tr["graft site (mid frontier)"].x) == 2
+
+
+def test_all_view_shows_pruned_nodes_hollow():
+    rt, (a, b, c, d, e) = hand_round()
+    tr = trace_names(tree_figure(rt, STRINGS, show="all"))
+    pruned = tr["pruned (not verified)"]
+    assert len(pruned.x) == 1 and pruned.marker.symbol == "circle-open" and pruned.marker.opacity < 1
+
+
+def test_step_replay_shows_the_tree_as_it_grew():
+    rt, _ = hand_round()
+    fig = tree_figure(rt, STRINGS, show="kept", upto_step=2)
+    tr = trace_names(fig)
+    assert sum(len(t.x) for n, t in tr.items() if n in ("root (last committed token)", "small drafter (n-gram)")) == 3
+    assert "accepted path" not in tr and "mid drafter" not in tr
+    assert "frontier of step 2" in tr and "after step 2" in fig.layout.title.text
+
+
+def test_overwritten_nodes_are_marked():
+    t = DraftTree.new(100, 16)
+    a, _ = add_child(t, 0, 1, -0.1, SMALL, 1)
+    c, _ = add_child(t, a, 3, -0.1, SMALL, 2)
+    removed = delete_subtree(t, a)
+    add_child(t, a, 6, -0.2, MID, 3)
+    prune(t, 8)
+    steps = [StepTrace(1, "small", [0], [0], [a], [], [], 1, None, 0.0),
+             StepTrace(2, "small", [a], [a], [c], [], [], 1, None, 0.0),
+             StepTrace(3, "mid", [a, c], [a], [3], [], removed, 1, 0.0, 0.0)]
+    rt = RoundTrace(0, 5, TreeSnapshot.of(t), steps, [0], [], 9, 0, 0, 0, 0)
+    assert len(trace_names(tree_figure(rt, STRINGS, show="all"))["overwritten (w/o ND)"].x) == 1
+    assert "overwritten (w/o ND)" not in trace_names(tree_figure(rt, STRINGS, show="all", upto_step=2))
+
+
+def test_legend_explains_every_encoding():
+    rt, _ = hand_round()
+    names = {tr.name for tr in tree_figure(rt, STRINGS, show="all").data if tr.showlegend is not False}
+    assert {"root (last committed token)", "small drafter (n-gram)", "mid drafter", "proposed by both drafters",
+            "pruned (not verified)", "graft site (mid frontier)", "accepted path",
+            "bonus token (from the target)"} <= names
+
+
+def test_margin_trace_marks_calls_and_threshold():
+    rt, _ = hand_round()
+    fig = margin_figure([rt, rt])
+    tr = trace_names(fig)
+    assert len(tr["mid called"].x) == 2 and len(tr["small step"].x) == 6
+    assert "mid-call rate 25%" in fig.layout.title.text
+    assert any(s.y0 == 0 for s in fig.layout.shapes)
+
+
+def test_speedups_counters_and_output_segments():
+    runs = {"ar": {"wall_s": 2.0, "tokens": 10, "done": True},
+            "treegraft": {"wall_s": 1.0, "tokens": 10, "done": True, "mean_accepted": 1.5, "rounds": 4}}
+    bar = speedup_figure(runs).data[0]
+    assert list(bar.y) == [2.0] and list(bar.x) == ["treegraft"]
+    html = counters_html(runs, ["treegraft", "ar", "all-mid"])
+    assert "2.00x" in html and "queued" in html
+    rt, _ = hand_round()
+    assert output_segments([rt], STRINGS) == [(" a", "draft: small"), (" c", "draft: mid"), ("!", "bonus (target)")]
+
+
+def result_with(rt):
+    return GenerationResult("p", "fixed", 10, [1, 3, 9], "x", 1.0, 0.1, "float32", "cpu", {}, [rt], STRINGS)
+
+
+def test_trace_round_trip_and_validation(tmp_path):
+    rt, _ = hand_round()
+    f = tmp_path / "t.json"
+    f.write_text(dumps(result_with(rt)))
+    res = load_trace(f)
+    assert res.rounds[0].tree.token == rt.tree.token and res.token_strings[9] == "!"
+    data = json.loads(f.read_text())
+    bad = json.loads(json.dumps(data))
+    bad["round_traces"][0]["tree"]["parent"][2] = 7
+    with pytest.raises(TraceError, match="parent must be an earlier node"):
+        parse_trace(bad)
+    with pytest.raises(TraceError, match="version"):
+        parse_trace({"hello": 1})
+    f.write_bytes(b"\x80\x81 not json")
+    with pytest.raises(TraceError, match="not a JSON trace"):
+        load_trace(f)

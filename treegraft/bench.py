@@ -1,0 +1,179 @@
+"""`python -m treegraft bench`: every method on the same prompts, interleaved, speedups as ratios of one run.
+
+For each prompt (after one warm-up generation) the methods run back to back, in
+a rotating order, so machine drift hits all alike. Speedup of a method on a
+prompt = AR's wall time / the method's wall time for the same prompt and the
+same new tokens (greedy outputs are identical, which the run checks and reports).
+Writes DIR/results.json, DIR/results.csv and DIR/report.md.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .config import DraftingConfig, GenerationConfig
+from .methods import MethodSpec
+from .prompts import Prompt
+
+
+@dataclass(frozen=True)
+class BenchMethod:
+    label: str
+    spec: MethodSpec
+    drafting: DraftingConfig
+
+
+def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
+    """Comma-separated labels: a method name, optionally with :no-eg / :no-nd / :s=10101 suffixes."""
+    out = []
+    for label in [m.strip() for m in text.split(",") if m.strip()]:
+        name, *mods = label.split(":")
+        d = drafting
+        for mod in mods:
+            if mod.startswith("s="):
+                d = d.model_copy(update={"schedule": tuple(int(c) for c in mod[2:])})
+        spec = MethodSpec(name, eg="no-eg" not in mods, nd="no-nd" not in mods)
+        out.append(BenchMethod(label, spec, d))
+    if not any(m.spec.name == "ar" for m in out):
+        out.insert(0, BenchMethod("ar", MethodSpec("ar"), drafting))
+    return out
+
+
+def run_row(engine, prompt: Prompt, ids: list[int], m: BenchMethod, gen: GenerationConfig, rep: int) -> dict:
+    res = engine.generate(ids, m.spec, m.drafting, gen)
+    s = res.summary()
+    mid_steps = [st for r in res.rounds for st in r.steps if st.action == "mid"]
+    all_steps = [st for r in res.rounds for st in r.steps]
+    return {
+        "prompt_id": prompt.id, "category": prompt.category, "method": m.label, "repeat": rep,
+        "new_tokens": len(res.new_tokens), "tokens": res.new_tokens, "wall_s": s["wall_s"],
+        "rounds": s["rounds"], "mean_accepted": s["mean_accepted"], "tokens_per_round": s["tokens_per_round"],
+        "tokens_per_s": s["tokens_per_s"], "draft_s": s["draft_s"], "verify_s": s["verify_s"],
+        "prefill_s": s["prefill_s"], "mid_calls": s["mid_calls"], "sched_s": s["sched_s"],
+        "steps": len(all_steps),
+        "mid_pool": float(np.mean([len(st.pool) for st in mid_steps])) if mid_steps else None,
+        "mid_nk": float(np.mean([st.n_k for st in mid_steps])) if mid_steps else None,
+        "reselect_rate": float(np.mean([st.reselect_rate for st in mid_steps])) if mid_steps else None,
+        "notes": s["notes"],
+    }
+
+
+def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: GenerationConfig,
+              repeats: int = 1, progress: bool = True) -> list[dict]:
+    rows = []
+    warm = engine.encode(prompts[0].messages)
+    for m in methods:  # warm-up: every code path once
+        engine.generate(warm, m.spec, m.drafting, gen.model_copy(update={"max_new_tokens": 8}))
+    total = len(prompts) * len(methods) * repeats
+    with tqdm(total=total, desc="bench", disable=not progress) as bar:
+        for i, prompt in enumerate(prompts):
+            ids = engine.encode(prompt.messages)
+            for rep in range(repeats):
+                shift = (i + rep) % len(methods)
+                for m in methods[shift:] + methods[:shift]:
+                    rows.append(run_row(engine, prompt, ids, m, gen, rep))
+                    bar.update(1)
+    add_speedups(rows)
+    return rows
+
+
+def add_speedups(rows: list[dict]) -> None:
+    ar = {(r["prompt_id"], r["repeat"]): r for r in rows if r["method"] == "ar"}
+    for r in rows:
+        base = ar[(r["prompt_id"], r["repeat"])]
+        r["speedup"] = base["wall_s"] / r["wall_s"]
+        r["exact"] = r["tokens"] == base["tokens"]
+
+
+def summarise(rows: list[dict], key: str | None = None) -> dict:
+    """Mean figures per method (and per `key`, e.g. category)."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["method"], r[key] if key else "all"), []).append(r)
+
+    def mean(vals):
+        vals = [v for v in vals if v is not None]
+        return float(np.mean(vals)) if vals else None
+
+    out = {}
+    for (method, cat), rs in groups.items():
+        draft, verify = sum(r["draft_s"] for r in rs), sum(r["verify_s"] for r in rs)
+        out.setdefault(method, {})[cat] = {
+            "speedup": mean([r["speedup"] for r in rs]),
+            "mean_accepted": mean([r["mean_accepted"] for r in rs]),
+            "tokens_per_round": mean([r["tokens_per_round"] for r in rs]),
+            "tokens_per_s": mean([r["tokens_per_s"] for r in rs]),
+            "draft_share": draft / max(1e-9, sum(r["wall_s"] for r in rs)),
+            "verify_share": verify / max(1e-9, sum(r["wall_s"] for r in rs)),
+            "mid_calls_per_round": sum(r["mid_calls"] for r in rs) / max(1, sum(r["rounds"] for r in rs)),
+            "mid_call_rate_per_step": sum(r["mid_calls"] for r in rs) / max(1, sum(r["steps"] for r in rs)),
+            "sched_ms_per_step": 1000 * sum(r["sched_s"] for r in rs) / max(1, sum(r["steps"] for r in rs)),
+            "mid_pool": mean([r["mid_pool"] for r in rs]),
+            "pool_over_nk": (mean([r["mid_pool"] for r in rs]) or 0) / max(1e-9, mean([r["mid_nk"] for r in rs]) or 0)
+            if mean([r["mid_pool"] for r in rs]) else None,
+            "reselect_rate": mean([r["reselect_rate"] for r in rs]),
+            "exact_rate": mean([float(r["exact"]) for r in rs]),
+            "n": len(rs),
+        }
+    return out
+
+
+def machine() -> dict:
+    import torch
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def write_outputs(out: Path, rows: list[dict], meta: dict) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"overall": summarise(rows), "per_category": summarise(rows, "category")}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
+    fields = [k for k in rows[0] if k not in ("tokens", "notes")]
+    with (out / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    (out / "report.md").write_text(report(summary, meta))
+    return summary
+
+
+def fmt(v, spec=".2f"):
+    return "-" if v is None else format(v, spec)
+
+
+def report(summary: dict, meta: dict) -> str:
+    lines = [f"# TreeGraft benchmark: pair `{meta['pair']}`", "",
+             f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
+             f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
+             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", "",
+             "| method | speedup vs AR | mean A | tokens/round | tokens/s | draft share | verify share | "
+             "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for method, cats in summary["overall"].items():
+        s = cats["all"]
+        lines.append(f"| {method} | {fmt(s['speedup'])}x | {fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
+                     f"{fmt(s['tokens_per_s'], '.1f')} | {fmt(s['draft_share'])} | {fmt(s['verify_share'])} | "
+                     f"{fmt(s['mid_calls_per_round'])} | {fmt(s['sched_ms_per_step'], '.3f')} | "
+                     f"{fmt(s['mid_pool'], '.1f')} | {fmt(s['pool_over_nk'])} | {fmt(s['reselect_rate'])} | "
+                     f"{fmt(s['exact_rate'])} |")
+    cats = sorted({c for m in summary["per_category"].values() for c in m})
+    lines += ["", "## Speedup over AR per category", "", "| method | " + " | ".join(cats) + " |",
+              "|---|" + "---|" * len(cats)]
+    for method, by_cat in summary["per_category"].items():
+        lines.append(f"| {method} | " + " | ".join(fmt(by_cat.get(c, {}).get("speedup")) for c in cats) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def bench_meta(pair: str, engine, prompts, gen, repeats, command: str) -> dict:
+    return {"pair": pair, "dtype": str(engine.target.dtype).replace("torch.", ""), "prompts": len(prompts),
+            "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
+            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
