@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: install demo test test-slow distill
+.PHONY: install browser demo cli-demo test test-slow distill
 
 $(STAMP): requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,14 +18,22 @@ $(STAMP): requirements.txt Makefile
 
 install: $(STAMP)
 
+# Debian's chromium for the real-browser UI test (never `playwright install`: it downloads its own browser)
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+		|| echo "could not install chromium: the browser test will skip (it fails in CI)"
+
 demo: install
-	$(PY) -m treegraft generate --method fixed --max-new-tokens 64 \
+	$(PY) app.py
+
+cli-demo: install
+	$(PY) -m treegraft generate --method treegraft --max-new-tokens 64 \
 		--prompt "Write a Python function that checks whether a number is prime."
 
-test: install
+test: install browser
 	$(PY) -m pytest -q
 
-test-slow: install
+test-slow: install browser
 	$(PY) -m pytest -q -m slow
 
 distill: install

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from .models import ModelLoadError, VocabularyMismatchError
+from .prompt_check import PromptError
 from .config import DEFAULT_MODELS_YAML, ConfigError, load_models_file, load_pair, resolve_path, with_overrides
 
 
@@ -160,6 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as err:
+    except (ConfigError, PromptError, ModelLoadError, VocabularyMismatchError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

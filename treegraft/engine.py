@@ -20,6 +20,7 @@ from .kv import timed
 from .methods import MethodSpec, make_policy
 from .models import LoadedPair
 from .policies import Policy, StepState
+from .prompt_check import PromptError, check_length, check_special_only, check_text
 from .sampling import draw, processed_probs
 from .trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot
 from .tree import (MID, SMALL, DraftTree, add_child, delete_subtree, mid_pool, path_tokens, prune,
@@ -64,11 +65,15 @@ class Engine:
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
         self.eos = eos
+        self.context = int(getattr(pair.target.config, "max_position_embeddings", 0) or 1 << 30)
 
     # --- prompts ---------------------------------------------------------------------------------
     def encode(self, prompt: str | tuple[str, ...], raw: bool = False) -> list[int]:
         """Token ids of a prompt (or of alternating user/assistant turns), chat template applied unless raw."""
         turns = (prompt,) if isinstance(prompt, str) else tuple(prompt)
+        for t in turns:
+            check_text(t)
+        check_special_only(self.tokenizer, turns[-1])
         tok = self.tokenizer
         if not raw and self.pair.config.chat_template and tok.chat_template:
             msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
@@ -215,7 +220,8 @@ class Engine:
     def start(self, prompt_ids: list[int], method: MethodSpec, drafting: DraftingConfig,
               gen: GenerationConfig, seed: int = 0) -> Session:
         if not prompt_ids:
-            raise ValueError("the prompt encodes to no tokens")
+            raise PromptError("the prompt encodes to no tokens")
+        check_length(len(prompt_ids), gen.max_new_tokens, self.context)
         policy = None if method.name == "ar" else make_policy(method, drafting, self.pair.config.scheduler)
         generator = torch.Generator().manual_seed(seed) if gen.temperature > 0 else None
         ngram = NgramIndex(drafting.ngram_max)

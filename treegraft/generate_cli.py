@@ -49,7 +49,10 @@ def read_prompt(args) -> str:
         path = Path(args.prompt_file)
         if not path.is_file():
             raise ConfigError(f"prompt file not found: {path}")
-        return path.read_text()
+        try:
+            return path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"prompt file {path} is not valid UTF-8 ({err})") from None
     return args.prompt
 
 

@@ -14,6 +14,7 @@ import gradio as gr
 
 from treegraft.config import ConfigError, with_overrides
 from treegraft.methods import MethodSpec, parse_schedule
+from treegraft.prompt_check import PromptError, check_length
 from treegraft.prompts import load_prompts
 from treegraft.trace import GenerationResult, dumps
 
@@ -21,6 +22,14 @@ from .charts import OUTPUT_COLORS, counters_html, margin_figure, output_segments
 from .runtime import Runtime
 from .trace_io import TraceError, load_trace
 from .tree_figure import tree_figure
+
+try:  # Hugging Face ZeroGPU Spaces: hold a GPU while a generation runs; a no-op elsewhere
+    import spaces
+
+    on_gpu = spaces.GPU(duration=180)
+except ImportError:  # pragma: no cover - the package is only present on Spaces
+    def on_gpu(fn):
+        return fn
 
 METHOD_CHOICES = ["treegraft", "all-small", "all-mid", "fixed", "oracle"]
 BASELINES = ["ar", "all-small", "all-mid"]
@@ -96,6 +105,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
     pair_choices = [(s.name if s.available else f"{s.name} (unavailable: {s.reason})", s.name) for s in statuses]
     default_pair = next((s.name for s in statuses if s.available), statuses[0].name)
 
+    @on_gpu
     def generate(prompt, pair, method, schedule, no_eg, no_nd, max_new, temperature, seed, depth, width, budget,
                  compare, view: View, request: gr.Request, progress=gr.Progress()):
         sched = validate_inputs(prompt, schedule)
@@ -115,7 +125,11 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
             raise gr.Error(f"Could not load pair '{pair}': {err}") from None
         stop = _stop_flags.setdefault(request.session_hash, threading.Event())
         stop.clear()
-        ids = engine.encode(prompt)
+        try:
+            ids = engine.encode(prompt)
+            check_length(len(ids), gen.max_new_tokens, engine.context)
+        except PromptError as err:
+            raise gr.Error(f"Bad prompt: {err}") from None
         view = View(order=[spec.label] + ([b for b in BASELINES if b != spec.label] if compare else []))
         lock = runtime.locks[pair]
         yield from stream_main(engine, lock, ids, spec, drafting, gen, int(seed), view, stop)

@@ -1,0 +1,117 @@
+"""The app end to end: gradio_client streaming, and a real browser (Playwright + Debian chromium)."""
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PROMPT = "Write a Python function that adds two numbers."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+    from ui.app_blocks import build_app
+
+    demo = build_app()
+    demo.queue(default_concurrency_limit=1, max_size=16)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def submit_args(**over):
+    args = dict(prompt=PROMPT, pair="default", method="fixed", schedule="1,0,1,0,1", no_eg=False, no_nd=False,
+                max_new=24, temperature=0.0, seed=0, depth=5, width=8, budget=31, compare=True)
+    args.update(over)
+    return list(args.values())
+
+
+def test_generation_streams_in_order_and_ends_with_text_counters_and_trace(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, analytics_enabled=False, verbose=False)
+    job = client.submit(*submit_args(), api_name="/generate")
+    outputs = list(job)
+    assert len(outputs) >= 3
+    statuses = [o[0] for o in outputs]
+    live_rounds = [int(s.split()[1].rstrip(".")) for s in statuses if s.startswith("Round ")]
+    assert live_rounds == sorted(live_rounds)
+    final = outputs[-1]
+    assert final[0].startswith("Done.")
+    counters = final[4]
+    for label in ("fixed", "ar", "all-small", "all-mid"):
+        assert f"<b>{label}</b>" in counters and "(running)" not in counters
+    assert "x</td>" in counters  # speedups filled in
+    text = "".join(seg["token"] for seg in final[7]) if isinstance(final[7], list) else final[7]
+    assert text.strip()
+    trace = final[8]
+    assert trace and Path(trace if isinstance(trace, str) else trace["path"]).name.endswith(".json")
+
+
+def test_bad_input_is_a_clear_error(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, analytics_enabled=False, verbose=False)
+    with pytest.raises(Exception, match="prompt is empty"):
+        client.predict(*submit_args(prompt="   "), api_name="/generate")
+    with pytest.raises(Exception, match="schedule"):
+        client.predict(*submit_args(schedule="1,7"), api_name="/generate")
+
+
+def test_real_browser(app_url, tmp_path):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: `make test` installs it (apt-get install chromium)")
+        pytest.skip("chromium not installed (make test installs it)")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    origin = app_url.rstrip("/")
+    foreign = []
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, accept_downloads=True,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            viewport={"width": 1500, "height": 1300})
+        page = ctx.new_page()
+        page.on("request", lambda r: None if r.url.startswith((origin, "data:", "blob:")) else foreign.append(r.url))
+        page.goto(app_url)
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#max-new input[type=number]").fill("16")
+        page.locator("#max-new input[type=number]").press("Enter")
+        page.locator("#generate").click()
+        page.wait_for_function("document.querySelector('#status') && "
+                               "document.querySelector('#status').innerText.includes('Done.')", timeout=240_000)
+        points = page.locator("#tree-plot .scatterlayer .trace .points path.point")
+        assert points.count() >= 2
+        legend = " ".join(page.locator("#tree-plot .legendtext").all_text_contents())
+        for entry in ("small drafter", "accepted path", "bonus token"):
+            assert entry in legend
+        page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)
+        # step through the round with the keyboard: focus the step slider and press the right arrow
+        step = page.locator("#step-slider input[type=range]")
+        step.focus()
+        step.press("ArrowRight")
+        page.wait_for_function("document.querySelector('#tree-plot .gtitle') && "
+                               "document.querySelector('#tree-plot .gtitle').textContent.includes('after step 1')",
+                               timeout=30_000)
+        with page.expect_download() as dl:
+            page.locator("#trace-file a").first.click()
+        saved = tmp_path / "trace.json"
+        dl.value.save_as(saved)
+        assert b'"round_traces"' in saved.read_bytes()
+        page.screenshot(path=str(ARTIFACTS / "app-step.png"), full_page=True)
+        ctx.close()
+    assert not foreign, f"requests left the app's origin: {foreign[:5]}"
