@@ -13,7 +13,7 @@ GEN = GenerationConfig(max_new_tokens=6)
     ("   \n\t ", "empty"),
     ("hello\x00world", "control character \\(U\\+0000\\)"),
     ("bad \ufffd bytes", "not valid UTF-8"),
-    ("<|im_end|><|im_start|>", "only special tokens"),
+    ("<|im_end|><|im_start|>", "only of special tokens"),
 ])
 def test_bad_prompts_are_refused_clearly(engine, prompt, message):
     with pytest.raises(PromptError, match=message):

@@ -17,7 +17,7 @@ from .config import DraftingConfig, GenerationConfig
 from .drafters.neural import MidDrafter, MidScores
 from .drafters.ngram import NgramIndex
 from .kv import timed
-from .methods import MethodSpec, make_policy
+from .methods import HF_METHODS, MethodSpec, make_policy
 from .models import LoadedPair
 from .policies import Policy, StepState
 from .prompt_check import PromptError, check_length, check_special_only, check_text
@@ -260,6 +260,8 @@ class Engine:
     def generate(self, prompt_ids: list[int], method: MethodSpec, drafting: DraftingConfig,
                  gen: GenerationConfig, seed: int = 0, on_round: Callable[[RoundTrace], None] | None = None,
                  should_stop: Callable[[], bool] | None = None) -> GenerationResult:
+        if method.name in HF_METHODS:
+            return self.generate_hf(prompt_ids, method, drafting, gen, seed)
         dev = self.target.device
         t0 = timed(dev)
         s = self.start(prompt_ids, method, drafting, gen, seed)
@@ -282,6 +284,24 @@ class Engine:
                       "eg": method.eg, "nd": method.nd},
             rounds=traces, token_strings=self.token_strings(traces), notes=s.notes,
             stopped=stopped or self.finished(s) or "length")
+
+    def generate_hf(self, prompt_ids, method, drafting, gen, seed) -> GenerationResult:
+        """A Hugging Face peer (prompt lookup / assisted generation) on the same models: wall time only."""
+        from .baselines import hf_generate
+
+        check_length(len(prompt_ids), gen.max_new_tokens, self.context)
+        new, wall = hf_generate(self.pair, prompt_ids, method.name, gen, seed)
+        new = new[: gen.max_new_tokens]
+        for i, t in enumerate(new):
+            if t in self.eos:
+                new = new[: i + 1]
+                break
+        return GenerationResult(
+            pair=self.pair.config.name, method=method.name, prompt_tokens=len(prompt_ids), new_tokens=new,
+            text=self.tokenizer.decode(new, skip_special_tokens=True), wall_s=wall, prefill_s=0.0,
+            dtype=str(self.target.dtype).replace("torch.", ""), device=str(self.target.device),
+            settings={"generation": gen.model_dump(), "seed": seed}, notes=["Hugging Face generate: no per-round trace"],
+            stopped="eos" if new and new[-1] in self.eos else "length")
 
     def token_strings(self, traces: list[RoundTrace]) -> dict[int, str]:
         ids = sorted({t for r in traces for t in r.tree.token} | {r.bonus_token for r in traces})

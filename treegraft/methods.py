@@ -7,7 +7,8 @@ from .config import ConfigError, DraftingConfig, resolve_path
 from .policies import AllMid, AllSmall, Fixed, Policy
 
 TREE_METHODS = ("all-small", "all-mid", "fixed", "treegraft", "oracle")
-METHODS = ("ar",) + TREE_METHODS
+HF_METHODS = ("hf-pld", "hf-assisted")
+METHODS = ("ar",) + TREE_METHODS + HF_METHODS
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
         return AllMid()
     if spec.name == "fixed":
         return Fixed(drafting.schedule)
-    raise ConfigError(f"method '{spec.name}' drafts no tree")
+    raise ConfigError(f"method '{spec.name}' drafts no tree of this engine")
 
 
 def parse_schedule(text: str) -> tuple[int, ...]:
