@@ -56,7 +56,9 @@ def test_generation_streams_in_order_and_ends_with_text_counters_and_trace(app_u
     text = "".join(seg["token"] for seg in final[7]) if isinstance(final[7], list) else final[7]
     assert text.strip()
     trace = final[8]
-    assert trace and Path(trace if isinstance(trace, str) else trace["path"]).name.endswith(".json")
+    path = trace if isinstance(trace, str) else (trace.get("path") or trace.get("value") or "")
+    assert str(path).endswith(".json"), trace
+    assert '"round_traces"' in Path(path).read_text()
 
 
 def test_bad_input_is_a_clear_error(app_url):
@@ -96,6 +98,14 @@ def test_real_browser(app_url, tmp_path):
                                "document.querySelector('#status').innerText.includes('Done.')", timeout=240_000)
         points = page.locator("#tree-plot .scatterlayer .trace .points path.point")
         assert points.count() >= 2
+        # the drawn node markers are exactly the verified tree: root + B_ver-limited kept nodes
+        title = page.locator("#tree-plot .gtitle").text_content()
+        verified = int(title.split(" verified")[0].split()[-1])
+        drawn = page.evaluate("""() => document.querySelector('#tree-plot .js-plotly-plot').data
+            .filter(t => ['root (last committed token)', 'small drafter (n-gram)', 'mid drafter',
+                          'proposed by both drafters'].includes(t.name))
+            .reduce((n, t) => n + t.x.filter(x => x !== null).length, 0)""")
+        assert drawn == verified + 1, (title, drawn)
         legend = " ".join(page.locator("#tree-plot .legendtext").all_text_contents())
         for entry in ("small drafter", "accepted path", "bonus token"):
             assert entry in legend

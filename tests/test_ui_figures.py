@@ -35,6 +35,10 @@ def trace_names(fig):
     return {tr.name: tr for tr in fig.data}
 
 
+def points(tr) -> int:
+    return sum(x is not None for x in tr.x)
+
+
 def test_kept_view_counts_colours_and_accepted_path():
     rt, (a, b, c, d, e) = hand_round()
     fig = tree_figure(rt, STRINGS, show="kept")
@@ -42,7 +46,7 @@ def test_kept_view_counts_colours_and_accepted_path():
     assert len(tr["small drafter (n-gram)"].x) == 1  # a
     assert len(tr["mid drafter"].x) == 2  # b, c
     assert len(tr["proposed by both drafters"].x) == 1  # e
-    assert "pruned (not verified)" not in tr  # kept view hides d
+    assert points(tr["pruned (not verified)"]) == 0  # kept view hides d (legend entry stays)
     assert list(tr["mid drafter"].marker.color) == [COLORS["mid"]] * 2
     assert len(tr["accepted path"].x) == 3 and tr["bonus token (from the target)"].text == ("!",)
     assert len(tr["graft site (mid frontier)"].x) == 2
@@ -60,7 +64,7 @@ def test_step_replay_shows_the_tree_as_it_grew():
     fig = tree_figure(rt, STRINGS, show="kept", upto_step=2)
     tr = trace_names(fig)
     assert sum(len(t.x) for n, t in tr.items() if n in ("root (last committed token)", "small drafter (n-gram)")) == 3
-    assert "accepted path" not in tr and "mid drafter" not in tr
+    assert points(tr["accepted path"]) == 0 and points(tr["mid drafter"]) == 0
     assert "frontier of step 2" in tr and "after step 2" in fig.layout.title.text
 
 
@@ -75,16 +79,17 @@ def test_overwritten_nodes_are_marked():
              StepTrace(2, "small", [a], [a], [c], [], [], 1, None, 0.0),
              StepTrace(3, "mid", [a, c], [a], [3], [], removed, 1, 0.0, 0.0)]
     rt = RoundTrace(0, 5, TreeSnapshot.of(t), steps, [0], [], 9, 0, 0, 0, 0)
-    assert len(trace_names(tree_figure(rt, STRINGS, show="all"))["overwritten (w/o ND)"].x) == 1
-    assert "overwritten (w/o ND)" not in trace_names(tree_figure(rt, STRINGS, show="all", upto_step=2))
+    assert points(trace_names(tree_figure(rt, STRINGS, show="all"))["overwritten (w/o ND)"]) == 1
+    assert points(trace_names(tree_figure(rt, STRINGS, show="all", upto_step=2))["overwritten (w/o ND)"]) == 0
 
 
 def test_legend_explains_every_encoding():
     rt, _ = hand_round()
-    names = {tr.name for tr in tree_figure(rt, STRINGS, show="all").data if tr.showlegend is not False}
-    assert {"root (last committed token)", "small drafter (n-gram)", "mid drafter", "proposed by both drafters",
-            "pruned (not verified)", "graft site (mid frontier)", "accepted path",
-            "bonus token (from the target)"} <= names
+    for fig in (tree_figure(rt, STRINGS, show="kept"), tree_figure(rt, STRINGS, show="all", upto_step=1)):
+        names = {tr.name for tr in fig.data if tr.showlegend is not False}
+        assert {"root (last committed token)", "small drafter (n-gram)", "mid drafter", "proposed by both drafters",
+                "pruned (not verified)", "overwritten (w/o ND)", "graft site (mid frontier)", "accepted path",
+                "bonus token (from the target)"} <= names
 
 
 def test_margin_trace_marks_calls_and_threshold():

@@ -182,7 +182,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
     def live_outputs(view: View, partial: GenerationResult):
         n = len(partial.rounds)
         return (f"Round {n}...", tree_figure(partial.rounds[-1], partial.token_strings),
-                gr.Slider(minimum=1, maximum=max(n, 1), value=n, step=1), gr.Slider(value=0),
+                gr.Slider(minimum=1, maximum=max(n, 2), value=n, step=1), gr.Slider(value=0),
                 counters_html(view.runs, view.order), speedup_figure({}), margin_figure(partial.rounds),
                 output_segments(partial.rounds, partial.token_strings), gr.File(), gr.File(), view, "")
 
@@ -193,7 +193,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
             (gr.File(), gr.File())
         notes = ("  \n" + "  \n".join(f"Note: {x}" for x in res.notes)) if res and res.notes else ""
         return (status + notes, tree_view(view, n, 0, "kept"),
-                gr.Slider(minimum=1, maximum=max(n, 1), value=max(n, 1), step=1), gr.Slider(value=0),
+                gr.Slider(minimum=1, maximum=max(n, 2), value=max(n, 1), step=1), gr.Slider(value=0),
                 counters_html(view.runs, view.order), speedup_figure({k: v for k, v in view.runs.items()
                                                                       if v.get("done")}),
                 margin_figure(res.rounds if res else []),
@@ -223,7 +223,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
         view = View(result=res, runs={res.method: run_record(res, True)}, order=[res.method])
         n = len(res.rounds)
         return (f"Loaded a saved trace: {res.method} on '{res.pair}', {n} rounds (replay, no models needed).",
-                tree_view(view, n, 0, "kept"), gr.Slider(minimum=1, maximum=max(n, 1), value=max(n, 1), step=1),
+                tree_view(view, n, 0, "kept"), gr.Slider(minimum=1, maximum=max(n, 2), value=max(n, 1), step=1),
                 margin_figure(res.rounds), output_segments(res.rounds, res.token_strings, limit=len(res.new_tokens)),
                 step_caption(view, n, 0), view)
 
@@ -263,7 +263,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
             with gr.Column(scale=2):
                 tree_plot = gr.Plot(label="Shared draft tree (latest round)", elem_id="tree-plot")
                 with gr.Row():
-                    round_slider = gr.Slider(1, 1, value=1, step=1, label="Round (arrow keys scrub)",
+                    round_slider = gr.Slider(1, 2, value=1, step=1, label="Round (arrow keys scrub)",
                                              elem_id="round-slider")
                     step_slider = gr.Slider(0, 8, value=0, step=1, label="Draft step (0 = final verified tree)",
                                             elem_id="step-slider")
@@ -278,6 +278,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
                     margin_plot = gr.Plot(label="Scheduler margin", elem_id="margin-plot")
                 output = gr.HighlightedText(label="Output (accepted draft tokens by drafter; bonus tokens from the "
                                                   "target)", color_map=OUTPUT_COLORS, combine_adjacent=False,
+                                            show_legend=True, show_inline_category=False,
                                             elem_id="output")
                 with gr.Row():
                     trace_dl = gr.File(label="Download the run's trace (JSON)", elem_id="trace-file")

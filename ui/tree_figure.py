@@ -101,6 +101,8 @@ def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "kept
     for key in ("root", "small", "mid", "both", "pruned", "overwritten"):
         vs = groups.get(key, [])
         if not vs:
+            _legend_only(fig, names[key], {"pruned": "circle-open", "overwritten": "x-thin-open"}.get(key, "circle"),
+                         COLORS.get(key, "#999"))
             continue
         color = [COLORS[category(t, v)] for v in vs]
         symbol = {"pruned": "circle-open", "overwritten": "x-thin-open"}.get(key, "circle")
@@ -118,7 +120,10 @@ def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "kept
     if frontier:
         _overlay(fig, [v for v in frontier if v in pos], pos, f"frontier of step {upto_step}", "square-open",
                  "#2ca02c", 22)
-    if final:
+    if not final:
+        _legend_only(fig, "accepted path", "circle-open", COLORS["accepted"])
+        _legend_only(fig, "bonus token (from the target)", "star", COLORS["accepted"])
+    else:
         _overlay(fig, [v for v in rt.accepted_path if v in pos], pos, "accepted path", "circle-open",
                  COLORS["accepted"], 22, width=4)
         last = rt.accepted_path[-1]
@@ -167,8 +172,15 @@ def _edges(fig, t, nodes, pos, accepted) -> None:
                                      hoverinfo="skip", showlegend=False, name=name))
 
 
+def _legend_only(fig, name, symbol, color) -> None:
+    """A legend entry with no points, so the legend always explains every encoding."""
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                             marker={"size": 12, "symbol": symbol, "color": color}))
+
+
 def _overlay(fig, vs, pos, name, symbol, color, size, width=2) -> None:
     if not vs:
+        _legend_only(fig, name, symbol, color)
         return
     fig.add_trace(go.Scatter(x=[pos[v][0] for v in vs], y=[pos[v][1] for v in vs], mode="markers", name=name,
                              marker={"size": size, "symbol": symbol, "color": color, "line": {"width": width,
