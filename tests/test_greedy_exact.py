@@ -14,6 +14,7 @@ VARIANTS = [
     ("fixed", (0, 1, 1, 0, 0), True, True),
     ("fixed", (1, 0, 1, 0, 1), False, True),  # --no-eg
     ("fixed", (0, 0, 1, 0, 1), True, False),  # --no-nd
+    ("treegraft", (1, 0, 1, 0, 1), True, True),  # the learned scheduler
 ]
 
 

@@ -140,7 +140,43 @@ class Engine:
             tree.logp[kids[known]] = lp.double().cpu().numpy()[known]
             recompute_scores(tree)
 
+    def csd_draft(self, s: Session, tree: DraftTree) -> list[StepTrace]:
+        """The sequence-level cascade contrast (CSD-style): the small drafter proposes one chain of up to D
+        tokens; the mid reviews the chain in one forward and, at the first token it disagrees with, deletes
+        the rest of the chain and writes its own token there (overwrite, no tree)."""
+        dev = self.target.device
+        t0 = timed(dev)
+        v, chain = 0, [0]
+        for k in range(1, s.drafting.depth + 1):
+            props = s.ngram.propose(path_tokens(tree, v, s.drafting.ngram_max), 1)
+            if not props:
+                break
+            v, _ = add_child(tree, v, props[0][0], math.log(props[0][1]), SMALL, 1)
+            chain.append(v)
+        t1 = timed(dev)
+        small = StepTrace(1, "small", [0], [0], chain[1:], [], [], 1, None, t1 - t0)
+        nodes = np.array(chain)
+        logq = self.mid.evaluate(tree, s.committed, nodes)
+        tree.mid_visited[nodes] = True
+        self._refresh_children(tree, nodes, logq)
+        tokens, lps = logq.topk(torch.arange(len(chain)), 1)  # [len(chain), 1]
+        site, removed, added = chain[-1], [], []
+        for i, u in enumerate(chain):
+            nxt = chain[i + 1] if i + 1 < len(chain) else None
+            if nxt is not None and tree.token[nxt] == int(tokens[i, 0]):
+                continue
+            site = u
+            removed = delete_subtree(tree, u) if nxt is not None else []
+            added = [add_child(tree, u, int(tokens[i, 0]), float(lps[i, 0]), MID, 2)[0]]
+            break
+        tree.graft_site[site] = True
+        dt = timed(dev) - t1
+        s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * dt)
+        return [small, StepTrace(2, "mid", chain, [site], added, [], removed, len(chain), None, dt)]
+
     def draft(self, s: Session, tree: DraftTree) -> list[StepTrace]:
+        if s.method.name == "csd":
+            return self.csd_draft(s, tree)
         steps: list[StepTrace] = []
         actions: list[int] = []
         s.policy.start_round()

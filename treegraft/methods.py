@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from .config import ConfigError, DraftingConfig, resolve_path
 from .policies import AllMid, AllSmall, Fixed, Policy
 
-TREE_METHODS = ("all-small", "all-mid", "fixed", "treegraft", "oracle")
+TREE_METHODS = ("all-small", "all-mid", "fixed", "treegraft", "oracle", "csd")
 HF_METHODS = ("hf-pld", "hf-assisted")
 METHODS = ("ar",) + TREE_METHODS + HF_METHODS
 
@@ -45,7 +45,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
         if spec.name == "oracle":
             return OraclePolicy(sched, drafting.width, drafting.top_k)
         return LearnedPolicy(sched, drafting.width, drafting.top_k, b0)
-    if spec.name == "all-small":
+    if spec.name in ("all-small", "csd"):  # csd drafts by its own cascade rule (Engine.csd_draft)
         return AllSmall()
     if spec.name == "all-mid":
         return AllMid()
