@@ -114,6 +114,8 @@ class Engine:
             rows = rows_of(batch, tree.n)[frontier]
             top_tokens, top_lp = logq.topk(torch.from_numpy(rows), s.drafting.top_k)  # [W, K] each
             for f, toks, lps in zip(frontier.tolist(), top_tokens.tolist(), top_lp.tolist()):
+                if not tree.alive[f]:  # w/o ND: an earlier graft site's overwrite deleted it
+                    continue
                 if not s.method.nd:
                     removed += delete_subtree(tree, f)
                 for tok, lp in zip(toks, lps):
