@@ -120,9 +120,18 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
             if mean([r["mid_pool"] for r in rs]) else None,
             "reselect_rate": mean([r["reselect_rate"] for r in rs]),
             "exact_rate": mean([float(r["exact"]) for r in rs]),
+            **per_round_ms(rs),
             "n": len(rs),
         }
     return out
+
+
+def per_round_ms(rs: list[dict]) -> dict:
+    rounds = max(1, sum(r["rounds"] for r in rs))
+    draft, verify = sum(r["draft_s"] for r in rs), sum(r["verify_s"] for r in rs)
+    other = sum(r["wall_s"] - r["prefill_s"] for r in rs) - draft - verify
+    return {"draft_ms_per_round": 1000 * draft / rounds, "verify_ms_per_round": 1000 * verify / rounds,
+            "other_ms_per_round": 1000 * max(other, 0.0) / rounds}
 
 
 def machine() -> dict:
@@ -142,7 +151,10 @@ def write_outputs(out: Path, rows: list[dict], meta: dict) -> dict:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    (out / "report.md").write_text(report(summary, meta))
+    from .bench_plots import write_plots
+
+    pngs = write_plots(out, summary)
+    (out / "report.md").write_text(report(summary, meta) + "".join(f"\n![{p[:-4]}]({p})\n" for p in pngs))
     return summary
 
 

@@ -71,6 +71,9 @@ def _bench(args) -> int:
     drafting = with_overrides(pair.drafting, budget=args.budget, width=args.width, depth=args.depth)
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=0.0)
     prompts = load_prompts(args.prompts or args.suite)
+    if args.per_category:
+        prompts = [p for i, p in enumerate(prompts)
+                   if sum(q.category == p.category for q in prompts[:i]) < args.per_category]
     if args.limit:
         prompts = prompts[: args.limit]
     methods = parse_methods(args.methods, drafting)
@@ -143,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--suite", default="bench")
     b.add_argument("--prompts", default=None, help="a JSONL prompt file (overrides --suite)")
     b.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    b.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category")
     b.add_argument("--max-new-tokens", type=int, default=64)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--budget", type=int, default=None)
