@@ -66,6 +66,7 @@ class Engine:
             eos.add(self.tokenizer.eos_token_id)
         self.eos = eos
         self.context = int(getattr(pair.target.config, "max_position_embeddings", 0) or 1 << 30)
+        self.timing_ms = {"target": 0.0, "mid": 0.0}  # running means kept across generations (scheduler inputs)
 
     # --- prompts ---------------------------------------------------------------------------------
     def encode(self, prompt: str | tuple[str, ...], raw: bool = False) -> list[int]:
@@ -265,7 +266,8 @@ class Engine:
         ngram = NgramIndex(drafting.ngram_max)
         if method.name != "ar":
             ngram.extend(prompt_ids)
-        s = Session(list(prompt_ids), len(prompt_ids), drafting, gen, method, policy, ngram, generator)
+        s = Session(list(prompt_ids), len(prompt_ids), drafting, gen, method, policy, ngram, generator,
+                    t_target_ms=self.timing_ms["target"], t_mid_ms=self.timing_ms["mid"])
         if policy is not None and policy.note:
             s.notes.append(policy.note)
         self.target.start(s.committed)
@@ -285,6 +287,7 @@ class Engine:
         while self.finished(s) is None:
             trace = step(s)
             s.rounds += 1
+            self.timing_ms = {"target": s.t_target_ms, "mid": s.t_mid_ms}
             yield trace
 
     def trim(self, s: Session) -> list[int]:

@@ -73,6 +73,16 @@ class SchedulerFile:
                                           "meta": self.meta}))
 
 
+def with_timings(st: StepState, sched: SchedulerFile) -> StepState:
+    """Before anything was measured in this process, use the timings the scheduler was trained with."""
+    t = sched.meta.get("timings", {})
+    if st.t_target_ms == 0.0:
+        st.t_target_ms = float(t.get("t_target_ms", 0.0))
+    if st.t_mid_ms == 0.0:
+        st.t_mid_ms = float(t.get("t_mid_ms", 0.0))
+    return st
+
+
 class LearnedPolicy(Policy):
     """TreeGraft's online scheduler: call the mid when g_psi(z) > 0, within B0 mid calls per round."""
 
@@ -86,7 +96,7 @@ class LearnedPolicy(Policy):
         self.tracker.start_round()
 
     def decide(self, st: StepState) -> Decision:
-        z = self.tracker.vector(st, self.sched.tree_features)
+        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features)
         margin = float(self.sched.g(z[None])[0, 0])
         within = self.b0 is None or sum(st.actions) < self.b0
         return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist())
@@ -107,7 +117,7 @@ class OraclePolicy(Policy):
     def decide(self, st: StepState) -> Decision:
         from .value import futures
 
-        z = self.tracker.vector(st, self.sched.tree_features)
+        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features)
         d, k = st.depth, st.k
         fut = futures(d - k)
         best = []

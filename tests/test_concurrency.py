@@ -1,0 +1,88 @@
+"""Several browser users at once: queued generations, per-user Stop, and (slow) a bounded soak test."""
+import os
+import resource
+import threading
+import time
+
+import pytest
+
+from tests.test_app import app_url, submit_args  # noqa: F401  (the shared live-app fixture)
+from treegraft.config import DraftingConfig, GenerationConfig
+from treegraft.methods import MethodSpec
+
+
+def client(url):
+    from gradio_client import Client
+
+    return Client(url, analytics_enabled=False, verbose=False)
+
+
+def final_text(outputs) -> str:
+    return "".join(seg["token"] for seg in outputs[7])
+
+
+def ar_text(engine, prompt, n):
+    res = engine.generate(engine.encode(prompt), MethodSpec("ar"), DraftingConfig(), GenerationConfig(max_new_tokens=n))
+    return "".join(engine.tokenizer.decode([t]) for t in res.new_tokens)
+
+
+def test_two_users_at_once_both_finish_exactly(app_url, engine):
+    prompts = ["Name a fruit.", "Name a colour."]
+    results = {}
+
+    def run(p):
+        results[p] = list(client(app_url).submit(*submit_args(prompt=p, max_new=10, compare=False),
+                                                 api_name="/generate"))
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for p in prompts:
+        assert results[p][-1][0].startswith("Done."), results[p][-1][0]
+        assert final_text(results[p][-1]) == ar_text(engine, p, 10)
+
+
+def test_stop_cancels_only_the_stopping_users_run(app_url):
+    a, b = client(app_url), client(app_url)
+    job_a = a.submit(*submit_args(prompt="Write a long story about a dragon.", max_new=400, compare=True),
+                     api_name="/generate")
+    time.sleep(8)  # a is generating (b queues behind it)
+    job_b = b.submit(*submit_args(prompt="Say yes.", max_new=6, compare=False), api_name="/generate")
+    a.predict(api_name="/request_stop")
+    out_a = list(job_a)
+    out_b = list(job_b)
+    assert out_a[-1][0].startswith("Stopped.")
+    assert out_b[-1][0].startswith("Done.")
+
+
+@pytest.mark.slow
+def test_soak_concurrent_sessions(app_url, engine):
+    """N concurrent clients for a bounded time, loopback only: all finish, outputs exact, memory bounded."""
+    n_clients, minutes = int(os.environ.get("SOAK_CLIENTS", 3)), float(os.environ.get("SOAK_MINUTES", 3))
+    prompts = ["Name a fruit.", "Name a colour.", "Name an animal.", "Name a city."]
+    want = {p: ar_text(engine, p, 12) for p in prompts}
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    done, errors = [], []
+    deadline = time.time() + 60 * minutes
+
+    def user(i):
+        c = client(app_url)
+        k = 0
+        while time.time() < deadline:
+            p = prompts[(i + k) % len(prompts)]
+            out = list(c.submit(*submit_args(prompt=p, max_new=12, compare=False), api_name="/generate"))
+            (done if final_text(out[-1]) == want[p] else errors).append(p)
+            k += 1
+
+    threads = [threading.Thread(target=user, args=(i,)) for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60 * minutes + 300)
+    rss_end = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"soak: {n_clients} clients, {minutes} min, {len(done)} generations exact, {len(errors)} wrong, "
+          f"max RSS {rss_start / 1024:.0f} -> {rss_end / 1024:.0f} MB")
+    assert not errors and len(done) >= n_clients
+    assert rss_end < rss_start * 1.5 + 512 * 1024
