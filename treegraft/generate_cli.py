@@ -12,7 +12,7 @@ from .methods import METHODS, MethodSpec, parse_schedule
 def add_generate_parser(sub) -> None:
     g = sub.add_parser("generate", help="generate with one method and print the result")
     g.add_argument("--pair", default="default")
-    g.add_argument("--method", default="fixed", choices=METHODS)
+    g.add_argument("--method", default="treegraft", choices=METHODS)
     g.add_argument("--schedule", default=None, help="the fixed method's schedule, e.g. 1,0,1,0,1")
     g.add_argument("--no-eg", action="store_true", help="ablation: mid steps use only N_k (SPEC 2.1)")
     g.add_argument("--no-nd", action="store_true", help="ablation: mid steps overwrite subtrees (SPEC 2.2)")
