@@ -50,6 +50,7 @@ def run_row(engine, prompt: Prompt, ids: list[int], m: BenchMethod, gen: Generat
     res = engine.generate(ids, m.spec, m.drafting, gen)
     s = res.summary()
     mid_steps = [st for r in res.rounds for st in r.steps if st.action == "mid"]
+    resel = [st.reselect_rate for st in mid_steps if st.reselect_rate is not None]
     all_steps = [st for r in res.rounds for st in r.steps]
     return {
         "prompt_id": prompt.id, "category": prompt.category, "method": m.label, "repeat": rep,
@@ -60,7 +61,7 @@ def run_row(engine, prompt: Prompt, ids: list[int], m: BenchMethod, gen: Generat
         "steps": len(all_steps),
         "mid_pool": float(np.mean([len(st.pool) for st in mid_steps])) if mid_steps else None,
         "mid_nk": float(np.mean([st.n_k for st in mid_steps])) if mid_steps else None,
-        "reselect_rate": float(np.mean([st.reselect_rate for st in mid_steps])) if mid_steps else None,
+        "reselect_rate": float(np.mean(resel)) if resel else None,
         "notes": s["notes"],
     }
 
