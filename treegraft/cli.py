@@ -43,7 +43,8 @@ def _sched_train(args) -> int:
     out = Path(args.out) if args.out else (resolve_path(pair.scheduler) if pair.scheduler else None)
     if out is None:
         raise ConfigError(f"pair '{args.pair}' has no `scheduler:` path in models.yaml; pass --out")
-    sched = train(read_dataset(Path(args.data)), pair.drafting.depth, select=not args.no_select)
+    sched = train(read_dataset(Path(args.data)), pair.drafting.depth, select=not args.no_select,
+                  bonus=0.0 if args.paper_eta else 1.0)
     sched.meta["pair"] = args.pair
     sched.save(out)
     print(f"wrote {out} (tree features: {', '.join(sched.tree_features)}; g_psi {sched.g.n_params} params)")
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--data", default="scheduler_data.jsonl")
     t.add_argument("--out", default=None, help="default: the pair's `scheduler:` path")
     t.add_argument("--no-select", action="store_true", help="use the paper's six tree features, no CV selection")
+    t.add_argument("--paper-eta", action="store_true", help="margins on eta = A / t (the paper) instead of (A + 1) / t")
     t.set_defaults(func=_sched_train)
 
     v = sub.add_parser("draft-vocab", help="rank tokens by frequency for the mid's draft head (FR-Spec style)")

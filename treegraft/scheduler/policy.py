@@ -115,7 +115,7 @@ class OraclePolicy(Policy):
         self.tracker.start_round()
 
     def decide(self, st: StepState) -> Decision:
-        from .value import futures
+        from .value import eta_from, futures
 
         z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features)
         d, k = st.depth, st.k
@@ -125,7 +125,6 @@ class OraclePolicy(Policy):
             future = np.zeros((len(fut), d), np.float32)
             future[:, k:] = fut
             x = np.concatenate([np.repeat(z[None], len(fut), 0), np.full((len(fut), 1), a, np.float32), future], 1)
-            pred = self.sched.value(x)
-            best.append(float((np.clip(pred[:, 0], 0, None) / np.clip(pred[:, 1], 1e-3, None)).max()))
+            best.append(float(eta_from(self.sched.value(x), self.sched.meta.get("eta_bonus", 1.0)).max()))
         margin = best[1] - best[0]
         return Decision(MID if margin > 0 else SMALL, margin, z.tolist())

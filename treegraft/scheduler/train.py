@@ -93,7 +93,7 @@ def read_dataset(path: Path) -> list[dict]:
 
 
 def train(records: list[dict], depth: int, select: bool = True, log=print, seed: int = 0, n_keep: int = 6,
-          candidates: list[str] | None = None) -> SchedulerFile:
+          candidates: list[str] | None = None, bonus: float = 1.0) -> SchedulerFile:
     rows = step_rows(records, depth)
     log(f"dataset: {len(records)} rounds, {len(rows.A)} step rows, {len(np.unique(rows.group))} prompts")
     if select:
@@ -105,14 +105,14 @@ def train(records: list[dict], depth: int, select: bool = True, log=print, seed:
     x = value_inputs(rows, idx)
     y = np.stack([rows.A, rows.t], 1)
     net, xn, yn = train_regressor(x, y, VALUE_HIDDEN, epochs=600, seed=seed)
-    z, margin = margin_labels(rows, idx, net, xn, yn, depth)
+    z, margin = margin_labels(rows, idx, net, xn, yn, depth, bonus)
     log(f"margin labels: {len(z)} canonical states, share > 0: {float((margin > 0).mean()):.2f}")
     g, gx, gy = train_regressor(z, margin[:, None], G_HIDDEN, epochs=1500, seed=seed)
     g_np = NumpyMLP.from_torch(g, gx, gy)
     agree = float(np.mean((g_np(z)[:, 0] > 0) == (margin > 0)))
     log(f"g_psi: {g_np.n_params} parameters, sign agreement with the margin labels {agree:.3f}")
     ctx = rows.ctx
-    meta = {"context_features": context_names(depth), "cv_table": table, "n_params": g_np.n_params,
+    meta = {"context_features": context_names(depth), "cv_table": table, "eta_bonus": bonus, "n_params": g_np.n_params,
             "sign_agreement": agree, "rounds": len(records), "hardware": hardware(),
             "timings": {"t_target_ms": float(np.median(ctx[:, 1])), "t_mid_ms": float(np.median(ctx[:, 2]))},
             "trained_at": time.strftime("%Y-%m-%d %H:%M:%S")}

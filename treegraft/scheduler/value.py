@@ -3,7 +3,10 @@
 Dataset rows come from `collect`: for each sampled round, all 2^D schedules tau were
 drafted and verified from the same state, recording A, t = t_D + t_V and the candidate
 features z_k at every step. f_theta maps (z_k, a_k, tau_{k+1:D}) to (A, t); the margin
-of a state is max_tau eta_hat(z, 1, tau) - max_tau eta_hat(z, 0, tau) with eta = A / t;
+of a state is max_tau eta_hat(z, 1, tau) - max_tau eta_hat(z, 0, tau) with eta = (A + 1) / t by
+default: the paper's A / t ignores the bonus token every round commits, and on a pair whose mid
+raises A from ~0 to ~0.5 at a cost it rewards calls that lower real throughput (measured: see README);
+`bonus=0` restores the paper's definition;
 g_psi (17-64-32-1 ReLU, z-scored in and out) regresses it.
 """
 from __future__ import annotations
@@ -155,19 +158,24 @@ def futures(n: int) -> np.ndarray:
     return np.array(list(itertools.product([0, 1], repeat=n)), dtype=np.float32).reshape(2 ** n, n)
 
 
-def eta_hat(net, xn, yn, z: np.ndarray, k: int, action: int, depth: int) -> np.ndarray:
-    """max over futures of A_hat / t_hat for states z [m, dz] at step k taking `action`: [m]."""
+def eta_from(pred: np.ndarray, bonus: float) -> np.ndarray:
+    """Throughput from [.., 2] predictions (A, t): (A + bonus) / t. bonus = 0 is the paper's eta = A / t;
+    bonus = 1 counts the token every round commits anyway, i.e. real tokens per unit time."""
+    return (np.clip(pred[..., 0], 0, None) + bonus) / np.clip(pred[..., 1], 1e-3, None)
+
+
+def eta_hat(net, xn, yn, z: np.ndarray, k: int, action: int, depth: int, bonus: float = 1.0) -> np.ndarray:
+    """max over futures of eta_hat for states z [m, dz] at step k taking `action`: [m]."""
     fut = futures(depth - k)  # [f, D - k]
     m, f = len(z), len(fut)
     future = np.zeros((m * f, depth), dtype=np.float32)
     future[:, k:] = np.tile(fut, (m, 1))
     x = np.concatenate([np.repeat(z, f, 0), np.full((m * f, 1), action, np.float32), future], 1)
-    pred = predict(net, xn, yn, x)
-    eta = np.clip(pred[:, 0], 0, None) / np.clip(pred[:, 1], 1e-3, None)
-    return eta.reshape(m, f).max(1)
+    return eta_from(predict(net, xn, yn, x), bonus).reshape(m, f).max(1)
 
 
-def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int) -> tuple[np.ndarray, np.ndarray]:
+def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int,
+                  bonus: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(z*, y) for each canonical state: y = max_tau eta_hat(z*, 1, tau) - max_tau eta_hat(z*, 0, tau)."""
     _, first = np.unique(rows.state, return_index=True)
     z = np.concatenate([rows.tree[first][:, tree_idx], rows.ctx[first]], 1)
@@ -175,5 +183,6 @@ def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int) 
     y = np.zeros(len(first), dtype=np.float32)
     for k in np.unique(ks):
         sel = ks == k
-        y[sel] = eta_hat(net, xn, yn, z[sel], int(k), 1, depth) - eta_hat(net, xn, yn, z[sel], int(k), 0, depth)
+        y[sel] = (eta_hat(net, xn, yn, z[sel], int(k), 1, depth, bonus)
+                  - eta_hat(net, xn, yn, z[sel], int(k), 0, depth, bonus))
     return z, y
