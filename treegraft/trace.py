@@ -107,8 +107,8 @@ class GenerationResult:
     def summary(self) -> dict:
         rounds = self.rounds
         n = len(self.new_tokens)
-        draft = sum(r.draft_s for r in rounds)
-        verify = sum(r.verify_s for r in rounds)
+        draft = float(sum(r.draft_s for r in rounds))
+        verify = float(sum(r.verify_s for r in rounds))
         return {
             "pair": self.pair, "method": self.method, "prompt_tokens": self.prompt_tokens,
             "new_tokens": self.new_tokens, "text": self.text, "rounds": len(rounds),
@@ -118,7 +118,7 @@ class GenerationResult:
             "wall_s": self.wall_s, "prefill_s": self.prefill_s, "draft_s": draft, "verify_s": verify,
             "tokens_per_s": n / self.wall_s if self.wall_s > 0 else 0.0,
             "mid_calls": sum(r.mid_calls for r in rounds),
-            "sched_s": sum(s.sched_s for r in rounds for s in r.steps),
+            "sched_s": float(sum(s.sched_s for r in rounds for s in r.steps)),
             "dtype": self.dtype, "device": self.device, "settings": self.settings,
             "notes": self.notes, "stopped": self.stopped,
         }
