@@ -33,6 +33,8 @@ class DraftingConfig(_Strict):
     budget: int = Field(63, ge=1, le=512, description="B_ver: non-root nodes kept for verification")
     ngram_max: int = Field(5, ge=1, le=16, description="n_max of the small (n-gram) drafter")
     schedule: tuple[int, ...] = Field((1, 0, 1, 0, 1), description="the `fixed` method's schedule")
+    mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
+                                                                  "for `treegraft` (None: no limit)")
 
     @model_validator(mode="after")
     def _schedule_bits(self) -> "DraftingConfig":

@@ -261,7 +261,7 @@ class Engine:
         if not prompt_ids:
             raise PromptError("the prompt encodes to no tokens")
         check_length(len(prompt_ids), gen.max_new_tokens, self.context)
-        policy = None if method.name == "ar" else make_policy(method, drafting, self.pair.config.scheduler)
+        policy = None if method.name == "ar" else make_policy(method, drafting, self.pair.config.scheduler, drafting.mid_budget)
         generator = torch.Generator().manual_seed(seed) if gen.temperature > 0 else None
         ngram = NgramIndex(drafting.ngram_max)
         if method.name != "ar":
