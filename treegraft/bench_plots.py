@@ -5,8 +5,6 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-PAPER = {"all-small": 1.32, "all-mid": 1.39, "treegraft": 1.60, "csd": 0.94}  # SPEC 4, A100 fp16 averages
-
 
 def speedup_by_category(summary: dict) -> go.Figure:
     fig = go.Figure()

@@ -16,10 +16,6 @@ def keep_slots(cache: DynamicCache, keep: torch.Tensor) -> None:
             layer.values = layer.values.index_select(-2, keep)
 
 
-def cache_length(cache: DynamicCache) -> int:
-    return cache.get_seq_length()
-
-
 def additive_mask(visible: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """[n, L + n] bool visibility -> [1, 1, n, L + n] float mask (0 visible, dtype-min hidden)."""
     vis = torch.from_numpy(visible).to(device)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 ROOT_DRAFTER, SMALL, MID = -1, 0, 1
-DRAFTER_NAMES = {ROOT_DRAFTER: "root", SMALL: "small", MID: "mid"}
 
 
 @dataclass
