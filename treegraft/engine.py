@@ -290,9 +290,9 @@ class Engine:
             self.timing_ms = {"target": s.t_target_ms, "mid": s.t_mid_ms}
             yield trace
 
-    def trim(self, s: Session) -> list[int]:
+    def trim(self, tokens: list[int], max_new_tokens: int) -> list[int]:
         """New tokens up to max_new_tokens and the first EOS (included), as plain greedy would stop."""
-        new = s.new_tokens[: s.gen.max_new_tokens]
+        new = tokens[:max_new_tokens]
         for i, t in enumerate(new):
             if t in self.eos:
                 return new[: i + 1]
@@ -316,7 +316,7 @@ class Engine:
                 stopped = "cancelled"
                 break
         wall = timed(dev) - t0
-        new = self.trim(s)
+        new = self.trim(s.new_tokens, s.gen.max_new_tokens)
         return GenerationResult(
             pair=self.pair.config.name, method=method.label, prompt_tokens=len(prompt_ids), new_tokens=new,
             text=self.tokenizer.decode(new, skip_special_tokens=True), wall_s=wall, prefill_s=prefill,
@@ -332,11 +332,7 @@ class Engine:
 
         check_length(len(prompt_ids), gen.max_new_tokens, self.context)
         new, wall = hf_generate(self.pair, prompt_ids, method.name, gen, seed)
-        new = new[: gen.max_new_tokens]
-        for i, t in enumerate(new):
-            if t in self.eos:
-                new = new[: i + 1]
-                break
+        new = self.trim(new, gen.max_new_tokens)
         return GenerationResult(
             pair=self.pair.config.name, method=method.name, prompt_tokens=len(prompt_ids), new_tokens=new,
             text=self.tokenizer.decode(new, skip_special_tokens=True), wall_s=wall, prefill_s=0.0,

@@ -47,10 +47,6 @@ class DraftTree:
         t.token[0], t.alive[0] = root_token, True
         return t
 
-    @property
-    def size(self) -> int:
-        return self.n
-
     def live(self) -> np.ndarray:
         """Indices of live nodes, root included, in index (topological) order."""
         return np.flatnonzero(self.alive[: self.n])
