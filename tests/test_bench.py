@@ -29,3 +29,7 @@ def test_bench_tiny_run_writes_everything(tmp_path, capsys):
     assert (out / "results.csv").read_text().count("\n") == len(data["rows"]) + 1
     report = (out / "report.md").read_text()
     assert "| csd |" in report and "Speedup over AR per category" in report
+    assert "Where a round's time goes" in report and "bookkeeping share" in report
+    for method in ("all-small", "treegraft", "csd"):  # the overhead profile of the engine's methods
+        s = data["summary"]["overall"][method]["all"]
+        assert s["profile_ms_per_round"]["target_forward"] > 0 and 0 < s["overhead_share"] < 1

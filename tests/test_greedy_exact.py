@@ -1,5 +1,9 @@
-"""Lossless: in float32 every method's greedy output equals the target's plain greedy decoding."""
+"""Lossless: in float32 every method's greedy output equals the target's plain greedy decoding.
+
+The reference is Hugging Face's own `generate` (greedy) on the target; the engine's AR must match it too.
+"""
 import pytest
+import torch
 
 from treegraft.config import GenerationConfig, load_pair
 from treegraft.methods import MethodSpec
@@ -7,15 +11,15 @@ from treegraft.prompts import load_prompts
 
 PROMPTS = load_prompts("default")
 GEN = GenerationConfig(max_new_tokens=64)
-BASE = load_pair("default").drafting  # the pair's own settings (B_ver = 8)
-VARIANTS = [  # (method, schedule, eg, nd, B_ver)
-    ("all-small", (1, 0, 1, 0, 1), True, True, BASE.budget),
-    ("all-mid", (1, 0, 1, 0, 1), True, True, BASE.budget),
-    ("fixed", (1, 0, 1, 0, 1), True, True, BASE.budget),
-    ("fixed", (0, 1, 1, 0, 0), True, True, 63),  # the paper's budget: big trees
-    ("fixed", (1, 0, 1, 0, 1), False, True, BASE.budget),  # --no-eg
-    ("fixed", (0, 0, 1, 0, 1), True, False, BASE.budget),  # --no-nd
-    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget),  # the learned scheduler
+BASE = load_pair("default").drafting  # the pair's own settings (B_ver = 8, adaptive budget)
+VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget)
+    ("all-small", (1, 0, 1, 0, 1), True, True, BASE.budget, True),
+    ("all-mid", (1, 0, 1, 0, 1), True, True, BASE.budget, True),
+    ("fixed", (1, 0, 1, 0, 1), True, True, BASE.budget, False),
+    ("fixed", (0, 1, 1, 0, 0), True, True, 63, False),  # the paper's budget: big trees, all verified
+    ("fixed", (1, 0, 1, 0, 1), False, True, BASE.budget, True),  # --no-eg
+    ("fixed", (0, 0, 1, 0, 1), True, False, BASE.budget, True),  # --no-nd
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the learned scheduler
 ]
 
 
@@ -25,14 +29,23 @@ def test_suite_has_varied_prompts():
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=[p.id for p in PROMPTS])
-def test_every_method_matches_plain_greedy(engine, prompt):
+def test_every_method_matches_plain_greedy(engine, fp32_pair, prompt):
     ids = engine.encode(prompt.messages)
     ar = engine.generate(ids, MethodSpec("ar"), BASE, GEN)
     assert ar.dtype == "float32" and len(ar.new_tokens) > 0
-    for name, schedule, eg, nd, budget in VARIANTS:
+    assert ar.new_tokens == hf_greedy(engine, fp32_pair, ids), "the engine's AR differs from HF generate"
+    for name, schedule, eg, nd, budget, adaptive in VARIANTS:
         spec = MethodSpec(name, eg=eg, nd=nd)
-        drafting = BASE.model_copy(update={"schedule": schedule, "budget": budget})
+        drafting = BASE.model_copy(update={"schedule": schedule, "budget": budget, "adaptive_budget": adaptive})
         res = engine.generate(ids, spec, drafting, GEN)
         first_diff = next((i for i, (a, b) in enumerate(zip(ar.new_tokens, res.new_tokens)) if a != b), None)
         assert res.new_tokens == ar.new_tokens, f"{spec.label} {schedule}: first difference at {first_diff}"
         assert sum(r.accepted + 1 for r in res.rounds) >= len(res.new_tokens)
+
+
+def hf_greedy(engine, pair, ids: list[int]) -> list[int]:
+    """Hugging Face's own greedy decoding of the target, cut like the engine's (first EOS, max tokens)."""
+    x = torch.tensor([ids])
+    out = pair.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=GEN.max_new_tokens,
+                               do_sample=False, pad_token_id=engine.tokenizer.eos_token_id)
+    return engine.trim(out[0, len(ids):].tolist(), GEN.max_new_tokens)

@@ -1,5 +1,6 @@
 """The learned scheduler: features, collection, value model + margin distillation, shipped file, policy."""
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -151,3 +152,25 @@ def test_mid_budget_b0_caps_calls_per_round():
     policy.sched.g.layers[-1][1][:] = 1e6  # force a positive margin
     d = policy.decide(st)
     assert d.margin > 0 and d.action == SMALL  # the one allowed call was spent at step 1
+
+
+def test_decision_threshold_removes_false_positives_and_keeps_true_ones():
+    from treegraft.scheduler.value import decision_threshold
+
+    never_pays = decision_threshold(np.array([0.5, -0.2, 0.1]), np.array([-1.0, -1.0, -1.0]))
+    assert never_pays >= 0.5  # no state is called
+    tau = decision_threshold(np.array([1.0, 0.8, 0.1, -0.5]), np.array([1.0, 1.0, -0.5, -1.0]))
+    assert tau == pytest.approx(0.1)  # calls exactly the two states that pay
+
+
+def test_scheduler_inputs_are_clipped_to_the_training_range():
+    from treegraft.scheduler.policy import NumpyMLP
+
+    rng = np.random.default_rng(0)
+    net = NumpyMLP([(rng.normal(size=(4, 2)).astype(np.float32), np.zeros(4, np.float32)),
+                    (rng.normal(size=(1, 4)).astype(np.float32), np.zeros(1, np.float32))],
+                   np.zeros(2), np.ones(2), np.zeros(1), np.ones(1))
+    net.clip_to(np.array([[0.0, 0.0], [1.0, 2.0]]))
+    assert net(np.array([[5.0, -3.0]])) == pytest.approx(net(np.array([[1.0, 0.0]])))
+    again = NumpyMLP.from_json(json.loads(json.dumps(net.to_json())))
+    assert again(np.array([[5.0, -3.0]])) == pytest.approx(net(np.array([[1.0, 0.0]])))

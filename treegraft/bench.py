@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from .config import DraftingConfig, GenerationConfig
 from .methods import MethodSpec
+from .profile import BOOKKEEPING_PARTS, FORWARD_PARTS
 from .prompts import Prompt
 
 
@@ -62,8 +63,18 @@ def run_row(engine, prompt: Prompt, ids: list[int], m: BenchMethod, gen: Generat
         "mid_pool": float(np.mean([len(st.pool) for st in mid_steps])) if mid_steps else None,
         "mid_nk": float(np.mean([st.n_k for st in mid_steps])) if mid_steps else None,
         "reselect_rate": float(np.mean(resel)) if resel else None,
+        "profile_ms": round_profile(res.rounds),
         "notes": s["notes"],
     }
+
+
+def round_profile(rounds) -> dict:
+    """Total ms per part of the rounds (model forwards and the engine's bookkeeping: treegraft/profile.py)."""
+    total: dict[str, float] = {}
+    for r in rounds:
+        for k, v in r.profile_ms.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
 
 
 def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: GenerationConfig,
@@ -122,6 +133,7 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
             "reselect_rate": mean([r["reselect_rate"] for r in rs]),
             "exact_rate": mean([float(r["exact"]) for r in rs]),
             **per_round_ms(rs),
+            **overhead(rs),
             "n": len(rs),
         }
     return out
@@ -133,6 +145,15 @@ def per_round_ms(rs: list[dict]) -> dict:
     other = sum(r["wall_s"] - r["prefill_s"] for r in rs) - draft - verify
     return {"draft_ms_per_round": 1000 * draft / rounds, "verify_ms_per_round": 1000 * verify / rounds,
             "other_ms_per_round": 1000 * max(other, 0.0) / rounds}
+
+
+def overhead(rs: list[dict]) -> dict:
+    """The overhead profile: ms per round of each part, and bookkeeping's share of the rounds' time."""
+    rounds = max(1, sum(r["rounds"] for r in rs))
+    parts = {k: sum(r["profile_ms"].get(k, 0.0) for r in rs) / rounds for k in FORWARD_PARTS + BOOKKEEPING_PARTS}
+    total = sum(parts.values())
+    book = sum(parts[k] for k in BOOKKEEPING_PARTS)
+    return {"profile_ms_per_round": parts, "overhead_share": book / total if total else None}
 
 
 def machine() -> dict:
@@ -147,7 +168,7 @@ def write_outputs(out: Path, rows: list[dict], meta: dict) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     summary = {"overall": summarise(rows), "per_category": summarise(rows, "category")}
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
-    fields = [k for k in rows[0] if k not in ("tokens", "notes")]
+    fields = [k for k in rows[0] if k not in ("tokens", "notes", "profile_ms")]
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
@@ -183,7 +204,22 @@ def report(summary: dict, meta: dict) -> str:
               "|---|" + "---|" * len(cats)]
     for method, by_cat in summary["per_category"].items():
         lines.append(f"| {method} | " + " | ".join(fmt(by_cat.get(c, {}).get("speedup")) for c in cats) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + overhead_table(summary)) + "\n"
+
+
+def overhead_table(summary: dict) -> list[str]:
+    parts = FORWARD_PARTS + BOOKKEEPING_PARTS
+    lines = ["", "## Where a round's time goes (ms per round)", "",
+             "Model forwards vs the engine's own bookkeeping (treegraft/profile.py); `other` is Python glue "
+             "between the timed parts.", "",
+             "| method | " + " | ".join(parts) + " | bookkeeping share |", "|---|" + "---|" * (len(parts) + 1)]
+    for method, cats in summary["overall"].items():
+        s = cats["all"]
+        ms, share = s["profile_ms_per_round"], s["overhead_share"]
+        if share is None:  # the Hugging Face peers: no rounds of ours
+            continue
+        lines.append(f"| {method} | " + " | ".join(fmt(ms[k]) for k in parts) + f" | {fmt(100 * share, '.1f')}% |")
+    return lines
 
 
 def bench_meta(pair: str, engine, prompts, gen, repeats, command: str) -> dict:

@@ -35,6 +35,8 @@ class DraftingConfig(_Strict):
     schedule: tuple[int, ...] = Field((1, 0, 1, 0, 1), description="the `fixed` method's schedule")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
+    adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "
+                                                     "verification time (treegraft/budget.py); n = 0 is a plain step")
 
     @model_validator(mode="after")
     def _schedule_bits(self) -> "DraftingConfig":
@@ -91,6 +93,8 @@ class PairConfig(_Strict):
     requires_gpu: bool = False
     chat_template: bool = True
     scheduler: str | None = None
+    small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs as W @ x.T "
+                                                        "(treegraft/cpu_kernels.py)")
     drafting: DraftingConfig = DraftingConfig()
     generation: GenerationConfig = GenerationConfig()
 

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from . import budget
 from .config import DraftingConfig, GenerationConfig
 from .drafters.neural import MidDrafter, MidScores
 from .drafters.ngram import NgramIndex
@@ -20,6 +21,7 @@ from .kv import timed
 from .methods import HF_METHODS, MethodSpec, make_policy
 from .models import LoadedPair
 from .policies import Policy, StepState
+from .profile import Profile
 from .prompt_check import PromptError, check_length, check_special_only, check_text
 from .sampling import draw, processed_probs
 from .trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot
@@ -67,6 +69,9 @@ class Engine:
         self.eos = eos
         self.context = int(getattr(pair.target.config, "max_position_embeddings", 0) or 1 << 30)
         self.timing_ms = {"target": 0.0, "mid": 0.0}  # running means kept across generations (scheduler inputs)
+        self.profile = self.target.profile = self.mid.profile = Profile(self.target.device)
+        self.acceptance = budget.AcceptanceModel()  # for the adaptive budget, learned across generations
+        self.verify_cost = budget.VerifyCost()
 
     # --- prompts ---------------------------------------------------------------------------------
     def encode(self, prompt: str | tuple[str, ...], raw: bool = False) -> list[int]:
@@ -85,50 +90,64 @@ class Engine:
     # --- one speculative round -------------------------------------------------------------------
     def small_step(self, s: Session, tree: DraftTree, k: int) -> StepTrace:
         t0 = timed(self.target.device)
-        pool = small_pool(tree)
-        frontier = top_w(tree, pool, s.drafting.width)
+        part = self.profile.part
+        with part("tree"):
+            pool = small_pool(tree)
+            frontier = top_w(tree, pool, s.drafting.width)
         added, confirmed = [], []
         for f in frontier:
-            tail = path_tokens(tree, int(f), s.drafting.ngram_max)
-            for tok, p in s.ngram.propose(tail, s.drafting.top_k):
-                v, new = add_child(tree, int(f), tok, math.log(p), SMALL, k)
-                (added if new else confirmed).append(v)
-        if confirmed:
-            recompute_scores(tree)
-        tree.last_added = added + confirmed
+            with part("ngram"):
+                proposals = s.ngram.propose(path_tokens(tree, int(f), s.drafting.ngram_max), s.drafting.top_k)
+            with part("tree"):
+                for tok, p in proposals:
+                    v, new = add_child(tree, int(f), tok, math.log(p), SMALL, k)
+                    (added if new else confirmed).append(v)
+        with part("tree"):
+            if confirmed:
+                recompute_scores(tree)
+            tree.last_added = added + confirmed
         return StepTrace(k, "small", pool.tolist(), frontier.tolist(), added, confirmed, [], len(pool), None,
                          timed(self.target.device) - t0)
 
     def mid_step(self, s: Session, tree: DraftTree, k: int) -> StepTrace:
         t0 = timed(self.target.device)
-        leaf_depth = tree.max_leaf_depth()
-        n_k = len(small_pool(tree))
-        pool = mid_pool(tree) if s.method.eg else small_pool(tree)
-        batch = unvisited_closure(tree, pool)
+        with self.profile.part("tree"):
+            leaf_depth = tree.max_leaf_depth()
+            n_k = len(small_pool(tree))
+            pool = mid_pool(tree) if s.method.eg else small_pool(tree)
+            batch = unvisited_closure(tree, pool)
         added, confirmed, removed, frontier = [], [], [], pool[:0]
         if len(batch):
             logq = self.mid.evaluate(tree, s.committed, batch)  # [len(batch), vocab]
-            tree.mid_visited[batch] = True
-            self._refresh_children(tree, batch, logq)
-            frontier = top_w(tree, pool, s.drafting.width)
-            tree.graft_site[frontier] = True
-            rows = rows_of(batch, tree.n)[frontier]
-            top_tokens, top_lp = logq.topk(torch.from_numpy(rows), s.drafting.top_k)  # [W, K] each
-            for f, toks, lps in zip(frontier.tolist(), top_tokens.tolist(), top_lp.tolist()):
-                if not tree.alive[f]:  # w/o ND: an earlier graft site's overwrite deleted it
-                    continue
-                if not s.method.nd:
-                    removed += delete_subtree(tree, f)
-                for tok, lp in zip(toks, lps):
-                    v, new = add_child(tree, f, tok, lp, MID, k)
-                    (added if new else confirmed).append(v)
-            if confirmed:
-                recompute_scores(tree)
-        tree.last_added = added + confirmed
+            with self.profile.part("tree"):
+                frontier, added, confirmed, removed = self._graft(s, tree, k, pool, batch, logq)
+        with self.profile.part("tree"):
+            tree.last_added = added + confirmed
+            resel = reselection_rate(tree, frontier, leaf_depth)
         dt = timed(self.target.device) - t0
         s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * dt)
-        return StepTrace(k, "mid", pool.tolist(), frontier.tolist(), added, confirmed, removed, n_k,
-                         reselection_rate(tree, frontier, leaf_depth), dt)
+        return StepTrace(k, "mid", pool.tolist(), frontier.tolist(), added, confirmed, removed, n_k, resel, dt)
+
+    def _graft(self, s: Session, tree: DraftTree, k: int, pool: np.ndarray, batch: np.ndarray, logq: MidScores):
+        """Re-score the evaluated nodes' children, pick the top-W graft sites, add the mid's top-K under each."""
+        tree.mid_visited[batch] = True
+        self._refresh_children(tree, batch, logq)
+        frontier = top_w(tree, pool, s.drafting.width)
+        tree.graft_site[frontier] = True
+        rows = rows_of(batch, tree.n)[frontier]
+        top_tokens, top_lp = logq.topk(torch.from_numpy(rows), s.drafting.top_k)  # [W, K] each
+        added, confirmed, removed = [], [], []
+        for f, toks, lps in zip(frontier.tolist(), top_tokens.tolist(), top_lp.tolist()):
+            if not tree.alive[f]:  # w/o ND: an earlier graft site's overwrite deleted it
+                continue
+            if not s.method.nd:
+                removed += delete_subtree(tree, f)
+            for tok, lp in zip(toks, lps):
+                v, new = add_child(tree, f, tok, lp, MID, k)
+                (added if new else confirmed).append(v)
+        if confirmed:
+            recompute_scores(tree)
+        return frontier, added, confirmed, removed
 
     @staticmethod
     def _refresh_children(tree: DraftTree, batch: np.ndarray, logq: MidScores) -> None:
@@ -185,8 +204,9 @@ class Engine:
         s.policy.start_round()
         for k in range(1, s.drafting.depth + 1):
             t0 = timed(self.target.device)
-            decision = s.policy.decide(StepState(k, s.drafting.depth, tree, list(actions), s.prompt_len,
-                                                 s.t_target_ms, s.t_mid_ms))
+            with self.profile.part("scheduler"):
+                decision = s.policy.decide(StepState(k, s.drafting.depth, tree, list(actions), s.prompt_len,
+                                                     s.t_target_ms, s.t_mid_ms))
             sched_s = timed(self.target.device) - t0
             step = (self.mid_step if decision.action == MID else self.small_step)(s, tree, k)
             step.margin, step.sched_s, step.features = decision.margin, sched_s, decision.features
@@ -199,24 +219,60 @@ class Engine:
         dev = self.target.device
         t0 = timed(dev)
         d = s.drafting
-        tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * d.top_k)
-        self.mid.begin_round()
+        with self.profile.part("tree"):
+            tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * d.top_k)
+            self.mid.begin_round()
         steps = self.draft(s, tree)
         t1 = timed(dev)
-        nodes = np.concatenate([[0], prune(tree, d.budget)])  # root + kept, index order
+        with self.profile.part("prune"):
+            kept = prune(tree, d.budget)
+            if d.adaptive_budget:
+                kept = self.adapt_budget(tree, kept)
+            nodes = np.concatenate([[0], kept])  # root + kept, index order
+        tv = timed(dev)
         logits = self.target.verify(tree, nodes)  # [len(nodes), vocab]
-        acc = accept(tree, nodes, logits, s.gen, s.generator)
+        tv = timed(dev) - tv
+        with self.profile.part("accept"):
+            acc = accept(tree, nodes, logits, s.gen, s.generator)
+            if d.adaptive_budget:
+                self.verify_cost.observe(len(kept), 1000 * tv)
+                self.acceptance.update(tree, kept, acc.path)
         t2 = timed(dev)
         return tree, steps, acc, (t0, t1, t2)
+
+    def adapt_budget(self, tree: DraftTree, kept: np.ndarray) -> np.ndarray:
+        """The kept nodes that pay for their verification time (treegraft/budget.py); updates tree.kept."""
+        pi = self.acceptance.path_acceptance(tree, kept)  # [len(kept)]
+        order, _ = budget.choose(pi, self.verify_cost)
+        chosen = np.sort(kept[order])
+        tree.kept[kept] = False
+        tree.kept[chosen] = True
+        return chosen
+
+    def probe_verify_cost(self, s: Session) -> None:
+        """Seed T(n) by timing verifications of chains of a few sizes on the prefilled cache (then rolled back)."""
+        for n in budget.probe_sizes(s.drafting.budget):
+            chain = DraftTree.new(s.committed[-1], capacity=n + 1)
+            for i in range(n):
+                add_child(chain, i, s.committed[-1], 0.0, SMALL, 1)
+            nodes = np.arange(n + 1)
+            for _ in range(2):  # the first one warms up
+                t0 = timed(self.target.device)
+                self.target.verify(chain, nodes)
+                ms = 1000 * (timed(self.target.device) - t0)
+                self.target.rollback()
+            self.verify_cost.observe(n, ms)
 
     def speculative_round(self, s: Session) -> RoundTrace:
         tree, steps, acc, (t0, t1, t2) = self.draft_and_verify(s)
         s.t_target_ms = running_mean(s.t_target_ms, 1000 * (t2 - t1))
         tokens = [int(tree.token[v]) for v in acc.path[1:]] + [acc.bonus]
         self.commit(s, tokens, acc.rows, acc.path)
+        with self.profile.part("trace"):
+            snapshot = TreeSnapshot.of(tree)
         t3 = timed(self.target.device)
-        return RoundTrace(s.rounds, len(s.committed) - len(tokens), TreeSnapshot.of(tree), steps, acc.path,
-                          tokens[:-1], acc.bonus, t1 - t0, t2 - t1, t3 - t2, t3 - t0)
+        return RoundTrace(s.rounds, len(s.committed) - len(tokens), snapshot, steps, acc.path, tokens[:-1],
+                          acc.bonus, t1 - t0, t2 - t1, t3 - t2, t3 - t0, self.profile.take(t3 - t0))
 
     def trial_round(self, s: Session, policy: Policy) -> tuple[list[StepTrace], int, float, float]:
         """Draft and verify with another policy from the current state, then roll every cache back.
@@ -231,13 +287,15 @@ class Engine:
             s.policy = saved
             self.target.rollback()
             self.mid.rollback(mid_cached)
+            self.profile.take(0.0)  # a trial is not a round
         return steps, acc.accepted_tokens, t1 - t0, t2 - t1
 
     def commit(self, s: Session, tokens: list[int], rows: list[int], path: list[int]) -> None:
         s.committed += tokens
         self.target.commit(rows)
         self.mid.end_round(path)
-        s.ngram.extend(tokens)
+        with self.profile.part("ngram"):
+            s.ngram.extend(tokens)
 
     def ar_step(self, s: Session) -> RoundTrace:
         """Plain autoregressive decoding with the KV cache: the speedup denominator."""
@@ -253,7 +311,7 @@ class Engine:
         tree = DraftTree.new(s.committed[-2], capacity=1)
         tree.kept[0] = True
         return RoundTrace(s.rounds, len(s.committed) - 1, TreeSnapshot.of(tree), [], [0], [], tok,
-                          0.0, t1 - t0, 0.0, t1 - t0)
+                          0.0, t1 - t0, 0.0, t1 - t0, self.profile.take(t1 - t0))
 
     # --- a whole generation ----------------------------------------------------------------------
     def start(self, prompt_ids: list[int], method: MethodSpec, drafting: DraftingConfig,
@@ -272,6 +330,9 @@ class Engine:
             s.notes.append(policy.note)
         self.target.start(s.committed)
         self.mid.start()
+        if drafting.adaptive_budget and method.name != "ar" and not self.verify_cost:
+            self.probe_verify_cost(s)
+        self.profile.take(0.0)  # the prefill is not a round
         return s
 
     def finished(self, s: Session) -> str | None:

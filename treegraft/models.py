@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .config import ModelSource, PairConfig, resolve_path
+from .cpu_kernels import use_weight_left_linear
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -174,7 +175,17 @@ def _load_or_explain(what: str, src: ModelSource, fn):
     except (ModelLoadError, VocabularyMismatchError):
         raise
     except Exception as err:  # any loader failure: network, disk, OOM, missing package
+        if is_out_of_memory(err):
+            raise ModelLoadError(f"out of memory while loading the {what} ({src.describe()}): it needs more free "
+                                 f"memory than this host has; free memory, or pick a smaller pair or dtype "
+                                 f"({type(err).__name__}: {str(err)[:200]})") from err
         raise ModelLoadError(f"could not load the {what} ({src.describe()}): {type(err).__name__}: {err}") from err
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    text = str(err).lower()
+    return (isinstance(err, (MemoryError, torch.OutOfMemoryError))
+            or "can't allocate memory" in text or "out of memory" in text or "cannot allocate memory" in text)
 
 
 def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
@@ -191,6 +202,9 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     mid = _load_or_explain("mid drafter", pair.mid, lambda: load_model(pair.mid, torch_dtype, device))
     if pair.mid.share_embeddings_with_target:
         share_embeddings(mid, target)
+    if pair.small_batch_linear and device.type == "cpu":
+        use_weight_left_linear(target)
+        use_weight_left_linear(mid)
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)))
 
 

@@ -73,6 +73,7 @@ class RoundTrace:
     verify_s: float
     commit_s: float
     wall_s: float
+    profile_ms: dict = field(default_factory=dict)  # time per part of the round (treegraft/profile.py)
 
     @property
     def accepted(self) -> int:  # A
@@ -135,7 +136,7 @@ def round_from_dict(d: dict) -> RoundTrace:
     tree = TreeSnapshot(**{f: d["tree"][f] for f in TREE_FIELDS})
     steps = [StepTrace(**{f.name: s[f.name] for f in fields(StepTrace) if f.name in s}) for s in d["steps"]]
     keys = {f.name for f in fields(RoundTrace)} - {"tree", "steps"}
-    return RoundTrace(tree=tree, steps=steps, **{k: d[k] for k in keys})
+    return RoundTrace(tree=tree, steps=steps, **{k: d[k] for k in keys if k in d})
 
 
 def result_from_json(d: dict) -> GenerationResult:

@@ -13,7 +13,9 @@ import torch
 from transformers import DynamicCache
 
 from .config import GenerationConfig
+from .head import OutputHead
 from .kv import additive_mask, keep_slots
+from .profile import Profile
 from .sampling import draw, processed_probs
 from .tree import DraftTree, batch_layout
 
@@ -23,8 +25,18 @@ class TargetModel:
         self.model = model
         self.device = model.get_input_embeddings().weight.device
         self.dtype = next(model.parameters()).dtype
+        self.head = OutputHead(model)
+        self.profile = Profile(self.device)  # the engine shares its own
         self.cache = DynamicCache()
         self.cached = 0
+
+    def forward(self, ids: torch.Tensor, **kw) -> torch.Tensor:
+        """[1, n] ids -> [n, vocab] logits, through the stock decoder and our head where that is exact."""
+        with self.profile.part("target_forward"):
+            if self.head.fast:
+                hidden = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state
+                return self.head(hidden[0])
+            return self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0]
 
     @torch.no_grad()
     def start(self, committed: list[int]) -> None:
@@ -32,28 +44,29 @@ class TargetModel:
         self.cache, self.cached = DynamicCache(), 0
         if len(committed) > 1:
             ids = torch.tensor([committed[:-1]], device=self.device)
-            self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=1)
+            body = self.model.model if self.head.fast else self.model  # the decoder alone: no head needed
+            body(input_ids=ids, cache=self.cache, use_cache=True)
             self.cached = len(committed) - 1
 
     @torch.no_grad()
     def decode_one(self, token: int) -> torch.Tensor:
         """Plain autoregressive step (no custom mask): [vocab] logits of the token after `token`."""
         ids = torch.tensor([[token]], device=self.device)
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True)
+        logits = self.forward(ids)  # [1, vocab]
         self.cached += 1
-        return out.logits[0, -1]
+        return logits[-1]
 
     @torch.no_grad()
     def verify(self, tree: DraftTree, nodes: np.ndarray) -> torch.Tensor:
         """One forward over root + kept nodes (index order): [n, vocab] target logits at each node."""
-        anc, depth = batch_layout(tree, nodes)
-        n, L = len(nodes), self.cached
-        visible = np.concatenate([np.ones((n, L), dtype=bool), anc], axis=1)  # [n, L + n]
-        ids = torch.from_numpy(tree.token[nodes])[None].to(self.device)  # [1, n]
-        positions = torch.from_numpy(L + depth)[None].to(self.device)  # root sits at L = len(committed) - 1
-        out = self.model(input_ids=ids, attention_mask=additive_mask(visible, self.dtype, self.device),
-                         position_ids=positions, cache=self.cache, use_cache=True)
-        return out.logits[0]
+        with self.profile.part("mask"):
+            anc, depth = batch_layout(tree, nodes)
+            n, L = len(nodes), self.cached
+            visible = np.concatenate([np.ones((n, L), dtype=bool), anc], axis=1)  # [n, L + n]
+            ids = torch.from_numpy(tree.token[nodes])[None].to(self.device)  # [1, n]
+            positions = torch.from_numpy(L + depth)[None].to(self.device)  # root sits at L = len(committed) - 1
+            mask = additive_mask(visible, self.dtype, self.device)  # [1, 1, n, L + n]
+        return self.forward(ids, attention_mask=mask, position_ids=positions)
 
     def rollback(self) -> None:
         """Drop whatever a verification appended (the cache holds the committed prefix again)."""
@@ -61,8 +74,9 @@ class TargetModel:
 
     def commit(self, rows: list[int]) -> None:
         """Keep the prefix and the accepted rows (root first) of the last verification."""
-        keep = torch.cat([torch.arange(self.cached), self.cached + torch.tensor(rows, dtype=torch.long)])
-        keep_slots(self.cache, keep.to(self.device))
+        with self.profile.part("kv"):
+            keep = torch.cat([torch.arange(self.cached), self.cached + torch.tensor(rows, dtype=torch.long)])
+            keep_slots(self.cache, keep.to(self.device))
         self.cached += len(rows)
 
 

@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from ..kv import additive_mask, keep_slots
+from ..profile import Profile
 from ..tree import DraftTree, path_to
 
 
@@ -59,6 +60,7 @@ class MidDrafter:
             self.col_of[self.vocab] = torch.arange(len(self.vocab), device=self.device)
             head = head[self.vocab]
         self.head = head.detach().contiguous()  # [S, hidden]
+        self.profile = Profile(self.device)  # the engine shares its own
         self.cache = DynamicCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
@@ -72,7 +74,23 @@ class MidDrafter:
     @torch.no_grad()
     def evaluate(self, tree: DraftTree, committed: list[int], nodes: np.ndarray) -> MidScores:
         """log q_mid(. | path to u) for every u in `nodes` (index order; unvisited ancestors included)."""
-        pending = committed[self.cached: len(committed) - 1]
+        with self.profile.part("mask"):
+            pending = committed[self.cached: len(committed) - 1]
+            ids, mask, positions = self._layout(tree, pending, nodes)
+        with self.profile.part("mid_forward"):
+            out = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                   cache=self.cache, use_cache=True)  # the stock decoder; the head is ours
+            p = len(pending)
+            logits = out.last_hidden_state[0, p:] @ self.head.T  # [n, S]
+            logq = torch.log_softmax(logits.float(), dim=-1)
+        cache_len = self.cache.get_seq_length() - p - len(nodes)
+        for i, v in enumerate(nodes):
+            self.slots[int(v)] = cache_len + p + i
+        self.cached += p
+        return MidScores(logq, self.vocab, self.col_of)
+
+    def _layout(self, tree: DraftTree, pending: list[int], nodes: np.ndarray):
+        """ids [1, p + n], additive mask [1, 1, p + n, cache + p + n], positions [1, p + n] for pending + nodes."""
         base, cache_len, p, n = self.cached, self.cache.get_seq_length(), len(pending), len(nodes)
         visible = np.zeros((p + n, cache_len + p + n), dtype=bool)
         visible[:, :base] = True
@@ -82,17 +100,11 @@ class MidDrafter:
         for i, v in enumerate(nodes):
             for a in path_to(tree, int(v)):
                 visible[p + i, self.slots[a] if a in self.slots else cache_len + row[a]] = True
-        root_pos = len(committed) - 1
+        root_pos = base + p
         positions = np.concatenate([np.arange(base, base + p), root_pos + tree.depth[nodes]])
         ids = torch.tensor([pending + tree.token[nodes].tolist()], device=self.device)  # [1, p + n]
-        out = self.model.model(input_ids=ids, attention_mask=additive_mask(visible, self.dtype, self.device),
-                               position_ids=torch.from_numpy(positions)[None].to(self.device),
-                               cache=self.cache, use_cache=True)  # the stock decoder; the head is ours
-        for i, v in enumerate(nodes):
-            self.slots[int(v)] = cache_len + p + i
-        self.cached += p
-        logits = out.last_hidden_state[0, p:] @ self.head.T  # [n, S]
-        return MidScores(torch.log_softmax(logits.float(), dim=-1), self.vocab, self.col_of)
+        return (ids, additive_mask(visible, self.dtype, self.device),
+                torch.from_numpy(positions)[None].to(self.device))
 
     def rollback(self, cached: int) -> None:
         """Back to a state holding `cached` committed tokens and no node slots."""
@@ -108,7 +120,8 @@ class MidDrafter:
             if v not in self.slots:
                 break
             kept.append(self.slots[v])
-        keep = torch.cat([torch.arange(self.cached), torch.tensor(kept, dtype=torch.long)]).to(self.device)
-        keep_slots(self.cache, keep)
+        with self.profile.part("kv"):
+            keep = torch.cat([torch.arange(self.cached), torch.tensor(kept, dtype=torch.long)]).to(self.device)
+            keep_slots(self.cache, keep)
         self.cached += len(kept)
         self.slots = {}

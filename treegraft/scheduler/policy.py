@@ -24,6 +24,8 @@ class NumpyMLP:
     x_std: np.ndarray
     y_mean: np.ndarray
     y_std: np.ndarray
+    x_lo: np.ndarray | None = None  # inputs are clipped to the range seen in training (no extrapolation)
+    x_hi: np.ndarray | None = None
 
     @classmethod
     def from_torch(cls, net, xn, yn) -> "NumpyMLP":
@@ -34,17 +36,26 @@ class NumpyMLP:
     @classmethod
     def from_json(cls, d: dict) -> "NumpyMLP":
         return cls([(np.array(w, np.float32), np.array(b, np.float32)) for w, b in d["layers"]],
-                   *(np.array(d[k], np.float32) for k in ("x_mean", "x_std", "y_mean", "y_std")))
+                   *(np.array(d[k], np.float32) for k in ("x_mean", "x_std", "y_mean", "y_std")),
+                   *(np.array(d[k], np.float32) if d.get(k) is not None else None for k in ("x_lo", "x_hi")))
 
     def to_json(self) -> dict:
+        arrays = ("x_mean", "x_std", "y_mean", "y_std", "x_lo", "x_hi")
         return {"layers": [(w.tolist(), b.tolist()) for w, b in self.layers],
-                **{k: np.asarray(getattr(self, k)).tolist() for k in ("x_mean", "x_std", "y_mean", "y_std")}}
+                **{k: None if getattr(self, k) is None else np.asarray(getattr(self, k)).tolist() for k in arrays}}
+
+    def clip_to(self, x: np.ndarray) -> "NumpyMLP":
+        """Remember the training inputs' range: out-of-range inputs are clipped into it."""
+        self.x_lo, self.x_hi = x.min(0), x.max(0)
+        return self
 
     @property
     def n_params(self) -> int:
         return sum(w.size + b.size for w, b in self.layers)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.x_lo is not None:
+            x = np.clip(x, self.x_lo, self.x_hi)
         h = (x - self.x_mean) / self.x_std
         for i, (w, b) in enumerate(self.layers):
             h = h @ w.T + b
@@ -60,17 +71,18 @@ class SchedulerFile:
     g: NumpyMLP
     value: NumpyMLP
     meta: dict
+    threshold: float = 0.0  # tau: call the mid when g_psi(z) > tau (value.decision_threshold)
 
     @classmethod
     def load(cls, path: str | Path) -> "SchedulerFile":
         d = json.loads(Path(path).read_text())
         return cls(d["depth"], d["tree_features"], NumpyMLP.from_json(d["g"]), NumpyMLP.from_json(d["value"]),
-                   d.get("meta", {}))
+                   d.get("meta", {}), float(d.get("threshold", 0.0)))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps({"version": 1, "depth": self.depth, "tree_features": self.tree_features,
                                           "g": self.g.to_json(), "value": self.value.to_json(),
-                                          "meta": self.meta}))
+                                          "threshold": self.threshold, "meta": self.meta}))
 
 
 def with_timings(st: StepState, sched: SchedulerFile) -> StepState:
@@ -84,7 +96,10 @@ def with_timings(st: StepState, sched: SchedulerFile) -> StepState:
 
 
 class LearnedPolicy(Policy):
-    """TreeGraft's online scheduler: call the mid when g_psi(z) > 0, within B0 mid calls per round."""
+    """TreeGraft's online scheduler: call the mid when g_psi(z) > tau, within B0 mid calls per round.
+
+    The reported margin is g_psi(z) - tau, so "margin > 0" means "call the mid" everywhere (tau = 0 is the
+    paper's rule; training raises it only where that removes false positives that cost time)."""
 
     name = "treegraft"
 
@@ -97,7 +112,7 @@ class LearnedPolicy(Policy):
 
     def decide(self, st: StepState) -> Decision:
         z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features)
-        margin = float(self.sched.g(z[None])[0, 0])
+        margin = float(self.sched.g(z[None])[0, 0]) - self.sched.threshold
         within = self.b0 is None or sum(st.actions) < self.b0
         return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist())
 

@@ -26,7 +26,7 @@ from ..methods import MethodSpec
 from ..policies import Decision, Fixed, StepState
 from .features import PAPER_SIX, TREE_CANDIDATES, FeatureTracker, context_names
 from .policy import NumpyMLP, SchedulerFile
-from .value import margin_labels, select_features, step_rows, train_regressor, value_inputs
+from .value import decision_threshold, margin_labels, select_features, step_rows, train_regressor, value_inputs
 
 G_HIDDEN = [64, 32]
 VALUE_HIDDEN = [64, 64]
@@ -108,15 +108,20 @@ def train(records: list[dict], depth: int, select: bool = True, log=print, seed:
     z, margin = margin_labels(rows, idx, net, xn, yn, depth, bonus)
     log(f"margin labels: {len(z)} canonical states, share > 0: {float((margin > 0).mean()):.2f}")
     g, gx, gy = train_regressor(z, margin[:, None], G_HIDDEN, epochs=1500, seed=seed)
-    g_np = NumpyMLP.from_torch(g, gx, gy)
-    agree = float(np.mean((g_np(z)[:, 0] > 0) == (margin > 0)))
+    g_np = NumpyMLP.from_torch(g, gx, gy).clip_to(z)
+    pred = g_np(z)[:, 0]
+    agree = float(np.mean((pred > 0) == (margin > 0)))
     log(f"g_psi: {g_np.n_params} parameters, sign agreement with the margin labels {agree:.3f}")
+    tau = decision_threshold(pred, margin)
+    log(f"decision threshold tau = {tau:.4f}: mid called on {float((pred > tau).mean()):.3f} of the states "
+        f"(labels > 0: {float((margin > 0).mean()):.3f}), summed margin {float(margin[pred > tau].sum()):.2f} "
+        f"vs {float(margin[pred > 0].sum()):.2f} at tau = 0")
     ctx = rows.ctx
     meta = {"context_features": context_names(depth), "cv_table": table, "eta_bonus": bonus, "n_params": g_np.n_params,
             "sign_agreement": agree, "rounds": len(records), "hardware": hardware(),
             "timings": {"t_target_ms": float(np.median(ctx[:, 1])), "t_mid_ms": float(np.median(ctx[:, 2]))},
             "trained_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return SchedulerFile(depth, names, g_np, NumpyMLP.from_torch(net, xn, yn), meta)
+    return SchedulerFile(depth, names, g_np, NumpyMLP.from_torch(net, xn, yn), meta, tau)
 
 
 def hardware() -> dict:

@@ -186,3 +186,14 @@ def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int,
         y[sel] = (eta_hat(net, xn, yn, z[sel], int(k), 1, depth, bonus)
                   - eta_hat(net, xn, yn, z[sel], int(k), 0, depth, bonus))
     return z, y
+
+
+def decision_threshold(pred: np.ndarray, margin: np.ndarray) -> float:
+    """tau >= 0 for "call the mid when g_psi(z) > tau": the cut that maximises the summed true margin of the
+    states where the mid is called. On a pair where the mid rarely pays, g_psi's false positives near zero
+    cost real time; tau removes them (tau = 0 when no cut does better: the paper's rule). Where almost no
+    label clears g_psi's own fitting error, tau is at least that error, so noise in g_psi never calls the mid."""
+    cuts = np.concatenate([[0.0], np.sort(pred[pred > 0])])  # [m]
+    gains = np.array([margin[pred > c].sum() for c in cuts])
+    noise = float(np.std(pred - margin))  # g_psi's fitting error: margins below it are not told apart from 0
+    return max(float(cuts[int(np.argmax(gains))]), noise if (margin > noise).mean() < 0.01 else 0.0)

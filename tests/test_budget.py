@@ -1,0 +1,99 @@
+"""The cost-aware verification budget (treegraft/budget.py): pure parts, then wired into the engine."""
+import math
+
+import numpy as np
+import pytest
+
+from treegraft.budget import AcceptanceModel, VerifyCost, choose, probe_sizes
+from treegraft.config import GenerationConfig, load_pair
+from treegraft.methods import MethodSpec
+from treegraft.tree import MID, SMALL, DraftTree, add_child
+
+
+def cost(table: dict) -> VerifyCost:
+    c = VerifyCost()
+    for n, ms in table.items():
+        c.observe(n, ms)
+    return c
+
+
+def chain_tree(ps, drafter=SMALL) -> DraftTree:
+    tree = DraftTree.new(0, capacity=len(ps) + 2)
+    for i, p in enumerate(ps):
+        add_child(tree, i, 100 + i, math.log(p), drafter, 1)
+    return tree
+
+
+def test_flat_cost_keeps_every_node():
+    order, _ = choose(np.array([0.5, 0.2, 0.01]), cost({0: 50, 1: 50, 8: 50}))
+    assert sorted(order.tolist()) == [0, 1, 2]
+
+
+def test_expensive_verification_needs_likely_tokens():
+    steep = cost({0: 50, 1: 100, 8: 100})  # one node costs one extra decoding step
+    assert len(choose(np.array([0.2, 0.1, 0.1]), steep)[0]) == 0  # E = 0.4 < 1: a plain step
+    assert len(choose(np.array([0.9, 0.8, 0.7]), steep)[0]) == 3  # E = 2.4 > 1
+
+
+def test_cost_curve_is_interpolated_and_never_decreasing():
+    c = cost({0: 50, 2: 90, 4: 80, 8: 100})
+    t = c(np.arange(9))
+    assert t[0] == 50 and t[1] == pytest.approx(70) and np.all(np.diff(t) >= 0)
+    assert probe_sizes(8) == [0, 1, 2, 4, 8] and probe_sizes(63)[-1] == 63
+    assert not VerifyCost() and not cost({0: 50})
+
+
+def test_path_acceptance_multiplies_down_the_path_and_choice_is_ancestor_closed():
+    tree = chain_tree([0.9, 0.9, 0.9])
+    add_child(tree, 1, 7, math.log(0.95), MID, 2)  # a sibling branch under node 1
+    nodes = np.arange(1, tree.n)
+    pi = AcceptanceModel().path_acceptance(tree, nodes)  # no observations yet: the drafters' own p
+    assert pi == pytest.approx([0.9, 0.81, 0.729, 0.855])
+    order, _ = choose(pi, cost({0: 50, 1: 60, 8: 60}))
+    for n in range(1, len(order) + 1):
+        chosen = set(nodes[order[:n]].tolist()) | {0}
+        assert all(tree.parent[v] in chosen for v in chosen if v)
+
+
+def test_acceptance_is_learned_from_verifications():
+    model, tree = AcceptanceModel(), chain_tree([0.95])
+    nodes = np.array([1])
+    assert model.conditional(tree, nodes)[0] == pytest.approx(0.95)
+    for _ in range(40):
+        model.update(tree, nodes, path=[0])  # the n-gram's confident guess keeps being rejected
+    assert model.conditional(tree, nodes)[0] < 0.2
+    for _ in range(200):
+        model.update(tree, nodes, path=[0, 1])
+    assert model.conditional(tree, nodes)[0] > 0.8
+
+
+@pytest.fixture
+def pair_drafting():
+    return load_pair("default").drafting.model_copy(update={"adaptive_budget": True})
+
+
+def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):
+    ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
+    saved = dict(engine.verify_cost.ms)
+    try:
+        engine.verify_cost.ms = {0: 50.0, 1: 1e6}
+        res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+    finally:
+        engine.verify_cost.ms = saved
+    ar = engine.generate(ids, MethodSpec("ar"), pair_drafting, gen)
+    assert res.new_tokens == ar.new_tokens
+    assert all(sum(r.tree.kept) == 1 and r.accepted == 0 for r in res.rounds)  # plain steps
+    assert len(res.rounds) == len(res.new_tokens)
+
+
+def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_drafting):
+    ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
+    saved = dict(engine.verify_cost.ms)
+    try:
+        engine.verify_cost.ms = {0: 50.0, 64: 50.0}
+        adaptive = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+    finally:
+        engine.verify_cost.ms = saved
+    fixed = engine.generate(ids, MethodSpec("all-small"), pair_drafting.model_copy(update={"adaptive_budget": False}), gen)
+    assert [sum(r.tree.kept) for r in adaptive.rounds] == [sum(r.tree.kept) for r in fixed.rounds]
+    assert adaptive.new_tokens == fixed.new_tokens
