@@ -56,3 +56,11 @@ def test_bad_arguments_give_clear_errors(capsys):
     assert "--schedule must be comma-separated 0/1" in capsys.readouterr().err
     assert main(["generate", "--budget", "0", "--prompt", "x"]) == 2
     assert "budget" in capsys.readouterr().err
+
+
+def test_adaptive_budget_switch(capsys):
+    for value, want in (("off", False), ("on", True)):
+        assert main(["generate", "--method", "all-small", "--adaptive-budget", value, "--max-new-tokens", "4",
+                     "--prompt", "Say hi.", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert out["settings"]["drafting"]["adaptive_budget"] is want

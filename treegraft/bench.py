@@ -32,7 +32,8 @@ class BenchMethod:
 
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
-    """Comma-separated labels: a method name, optionally with :no-eg / :no-nd / :s=10101 suffixes."""
+    """Comma-separated labels: a method name, optionally with :no-eg / :no-nd / :s=10101 / :adaptive /
+    :fixed-budget suffixes."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
         name, *mods = label.split(":")
@@ -40,6 +41,8 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
         for mod in mods:
             if mod.startswith("s="):
                 d = d.model_copy(update={"schedule": tuple(int(c) for c in mod[2:])})
+            elif mod in ("adaptive", "fixed-budget"):
+                d = d.model_copy(update={"adaptive_budget": mod == "adaptive"})
         spec = MethodSpec(name, eg="no-eg" not in mods, nd="no-nd" not in mods)
         out.append(BenchMethod(label, spec, d))
     if not any(m.spec.name == "ar" for m in out):

@@ -1,4 +1,4 @@
-"""`python -m treegraft {generate,distill,pairs}`: a thin shell over the engine."""
+"""`python -m treegraft {generate,bench,scheduler,distill,draft-vocab,pairs}`: a thin shell over the engine."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+from .config import DEFAULT_MODELS_YAML, ConfigError, load_models_file, load_pair, resolve_path, with_overrides
+from .generate_cli import on_off
 from .models import ModelLoadError, VocabularyMismatchError
 from .prompt_check import PromptError
-from .config import DEFAULT_MODELS_YAML, ConfigError, load_models_file, load_pair, resolve_path, with_overrides
 
 
 def _distill(args) -> int:
@@ -69,7 +70,8 @@ def _bench(args) -> int:
     from .prompts import load_prompts
 
     pair = load_pair(args.pair, args.models)
-    drafting = with_overrides(pair.drafting, budget=args.budget, width=args.width, depth=args.depth)
+    drafting = with_overrides(pair.drafting, budget=args.budget, width=args.width, depth=args.depth,
+                              adaptive_budget=on_off(args.adaptive_budget))
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=0.0)
     prompts = load_prompts(args.prompts or args.suite)
     if args.per_category:
@@ -152,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-new-tokens", type=int, default=64)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--budget", type=int, default=None)
+    b.add_argument("--adaptive-budget", choices=["on", "off"], default=None, help="default: the pair's setting")
     b.add_argument("--width", type=int, default=None)
     b.add_argument("--depth", type=int, default=None)
     b.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])

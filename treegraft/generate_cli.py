@@ -26,6 +26,8 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--width", type=int, default=None, help="W, frontier width")
     g.add_argument("--draft-top-k", type=int, default=None, help="K, children per frontier node")
     g.add_argument("--budget", type=int, default=None, help="B_ver, nodes verified per round")
+    g.add_argument("--adaptive-budget", choices=["on", "off"], default=None,
+                   help="verify only the nodes that pay for their time (default: the pair's setting)")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", default=None)
     src.add_argument("--prompt-file", default=None)
@@ -35,9 +37,13 @@ def add_generate_parser(sub) -> None:
     g.set_defaults(func=run_generate)
 
 
+def on_off(value: str | None) -> bool | None:
+    return None if value is None else value == "on"
+
+
 def settings_from_args(pair, args):
     drafting = with_overrides(pair.drafting, depth=args.depth, width=args.width, top_k=args.draft_top_k,
-                              budget=args.budget,
+                              budget=args.budget, adaptive_budget=on_off(args.adaptive_budget),
                               schedule=parse_schedule(args.schedule) if args.schedule else None)
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_p=args.top_p, top_k=args.top_k)

@@ -107,7 +107,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
 
     @on_gpu
     def generate(prompt, pair, method, schedule, no_eg, no_nd, max_new, temperature, seed, depth, width, budget,
-                 compare, view: View, request: gr.Request, progress=gr.Progress()):
+                 adaptive, compare, view: View, request: gr.Request, progress=gr.Progress()):
         sched = validate_inputs(prompt, schedule)
         status = next(s for s in statuses if s.name == pair)
         if not status.available:
@@ -115,7 +115,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
         cfg = runtime.pairs[pair]
         try:
             drafting = with_overrides(cfg.drafting, depth=int(depth), width=int(width), budget=int(budget),
-                                      schedule=sched)
+                                      schedule=sched, adaptive_budget=bool(adaptive))
             gen = with_overrides(cfg.generation, max_new_tokens=int(max_new), temperature=float(temperature))
             spec = MethodSpec(method, eg=not no_eg, nd=not no_nd)
             engine = runtime.engine(pair, progress)
@@ -255,6 +255,9 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
                     width = gr.Slider(1, 16, value=8, step=1, label="W: frontier width")
                     budget = gr.Slider(1, 127, value=runtime.pairs[default_pair].drafting.budget, step=1,
                                        label="B_ver: nodes verified per round")
+                    adaptive = gr.Checkbox(value=runtime.pairs[default_pair].drafting.adaptive_budget,
+                                           label="Adaptive B_ver: verify only the nodes that pay for their time "
+                                                 "(0 = a plain decoding step; dropped nodes show as pruned)")
                 compare = gr.Checkbox(value=True, label="Also run AR, All-Small and All-Mid for the counters")
                 with gr.Row():
                     go_btn = gr.Button("Generate", variant="primary", elem_id="generate")
@@ -289,7 +292,7 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
         outputs = [status, tree_plot, round_slider, step_slider, counters, speed_plot, margin_plot, output,
                    trace_dl, fig_dl, view_state, caption]
         go_btn.click(generate, [prompt, pair, method, schedule, no_eg, no_nd, max_new, temperature, seed,
-                                            depth, width, budget, compare, view_state], outputs,
+                                            depth, width, budget, adaptive, compare, view_state], outputs,
                                  concurrency_limit=1, concurrency_id="engine")
         stop_btn.click(request_stop, None, status, queue=False)
         for ctl in (round_slider, step_slider, show):
