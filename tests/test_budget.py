@@ -97,3 +97,18 @@ def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_dra
     fixed = engine.generate(ids, MethodSpec("all-small"), pair_drafting.model_copy(update={"adaptive_budget": False}), gen)
     assert [sum(r.tree.kept) for r in adaptive.rounds] == [sum(r.tree.kept) for r in fixed.rounds]
     assert adaptive.new_tokens == fixed.new_tokens
+
+
+def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_drafting):
+    ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=6)
+    saved = dict(engine.verify_cost.ms)
+    try:
+        engine.verify_cost.ms = {}
+        res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+        assert sorted(engine.verify_cost.ms) == [0, 1, 2, 4, 8]  # the probe sizes for B_ver = 8
+        assert res.prefill_s < 0.5 * res.wall_s  # the probe (10 verifications) is not in the wall time
+        engine.verify_cost.ms = {}
+        one = engine.generate(ids[-1:], MethodSpec("all-small"), pair_drafting, gen)  # nothing to calibrate on
+        assert not engine.verify_cost and len(one.new_tokens) == 6
+    finally:
+        engine.verify_cost.ms = saved

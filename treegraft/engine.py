@@ -242,6 +242,8 @@ class Engine:
 
     def adapt_budget(self, tree: DraftTree, kept: np.ndarray) -> np.ndarray:
         """The kept nodes that pay for their verification time (treegraft/budget.py); updates tree.kept."""
+        if not self.verify_cost:  # not calibrated (a one-token prompt): verify the pruned tree
+            return kept
         pi = self.acceptance.path_acceptance(tree, kept)  # [len(kept)]
         order, _ = budget.choose(pi, self.verify_cost)
         chosen = np.sort(kept[order])
@@ -249,12 +251,17 @@ class Engine:
         tree.kept[chosen] = True
         return chosen
 
-    def probe_verify_cost(self, s: Session) -> None:
-        """Seed T(n) by timing verifications of chains of a few sizes on the prefilled cache (then rolled back)."""
-        for n in budget.probe_sizes(s.drafting.budget):
-            chain = DraftTree.new(s.committed[-1], capacity=n + 1)
+    def calibrate_budget(self, prompt_ids: list[int], drafting: DraftingConfig) -> None:
+        """Seed T(n), once per engine, by timing verifications of chains of a few sizes on this prompt's
+        prefilled cache (then rolled back). Runs before a generation's clock starts, like model loading."""
+        if not drafting.adaptive_budget or self.verify_cost or len(prompt_ids) < 2:
+            return
+        self.target.start(prompt_ids)
+        last = prompt_ids[-1]
+        for n in budget.probe_sizes(drafting.budget):
+            chain = DraftTree.new(last, capacity=n + 1)
             for i in range(n):
-                add_child(chain, i, s.committed[-1], 0.0, SMALL, 1)
+                add_child(chain, i, last, 0.0, SMALL, 1)
             nodes = np.arange(n + 1)
             for _ in range(2):  # the first one warms up
                 t0 = timed(self.target.device)
@@ -328,10 +335,10 @@ class Engine:
                     t_target_ms=self.timing_ms["target"], t_mid_ms=self.timing_ms["mid"])
         if policy is not None and policy.note:
             s.notes.append(policy.note)
+        if method.name != "ar":
+            self.calibrate_budget(s.committed, drafting)  # once per engine; generate() does it off the clock
         self.target.start(s.committed)
         self.mid.start()
-        if drafting.adaptive_budget and method.name != "ar" and not self.verify_cost:
-            self.probe_verify_cost(s)
         self.profile.take(0.0)  # the prefill is not a round
         return s
 
@@ -365,6 +372,8 @@ class Engine:
         if method.name in HF_METHODS:
             return self.generate_hf(prompt_ids, method, drafting, gen, seed)
         dev = self.target.device
+        if method.name != "ar":
+            self.calibrate_budget(prompt_ids, drafting)
         t0 = timed(dev)
         s = self.start(prompt_ids, method, drafting, gen, seed)
         prefill = timed(dev) - t0
