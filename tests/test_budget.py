@@ -1,5 +1,6 @@
 """The cost-aware verification budget (treegraft/budget.py): pure parts, then wired into the engine."""
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -72,14 +73,21 @@ def pair_drafting():
     return load_pair("default").drafting.model_copy(update={"adaptive_budget": True})
 
 
-def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):
-    ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
+@contextmanager
+def cost_curve(engine, ms: dict):
+    """Run with this verification cost curve, then restore the engine's own."""
     saved = dict(engine.verify_cost.ms)
+    engine.verify_cost.ms = dict(ms)
     try:
-        engine.verify_cost.ms = {0: 50.0, 1: 1e6}
-        res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+        yield
     finally:
         engine.verify_cost.ms = saved
+
+
+def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):
+    ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
+    with cost_curve(engine, {0: 50.0, 1: 1e6}):
+        res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
     ar = engine.generate(ids, MethodSpec("ar"), pair_drafting, gen)
     assert res.new_tokens == ar.new_tokens
     assert all(sum(r.tree.kept) == 1 and r.accepted == 0 for r in res.rounds)  # plain steps
@@ -88,12 +96,8 @@ def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_draft
 
 def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_drafting):
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
-    saved = dict(engine.verify_cost.ms)
-    try:
-        engine.verify_cost.ms = {0: 50.0, 64: 50.0}
+    with cost_curve(engine, {0: 50.0, 64: 50.0}):
         adaptive = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
-    finally:
-        engine.verify_cost.ms = saved
     fixed = engine.generate(ids, MethodSpec("all-small"), pair_drafting.model_copy(update={"adaptive_budget": False}), gen)
     assert [sum(r.tree.kept) for r in adaptive.rounds] == [sum(r.tree.kept) for r in fixed.rounds]
     assert adaptive.new_tokens == fixed.new_tokens
@@ -101,14 +105,10 @@ def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_dra
 
 def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_drafting):
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=6)
-    saved = dict(engine.verify_cost.ms)
-    try:
-        engine.verify_cost.ms = {}
+    with cost_curve(engine, {}):
         res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
         assert sorted(engine.verify_cost.ms) == [0, 1, 2, 4, 8]  # the probe sizes for B_ver = 8
         assert res.prefill_s < 0.5 * res.wall_s  # the probe (10 verifications) is not in the wall time
-        engine.verify_cost.ms = {}
+    with cost_curve(engine, {}):
         one = engine.generate(ids[-1:], MethodSpec("all-small"), pair_drafting, gen)  # nothing to calibrate on
         assert not engine.verify_cost and len(one.new_tokens) == 6
-    finally:
-        engine.verify_cost.ms = saved

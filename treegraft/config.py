@@ -93,8 +93,8 @@ class PairConfig(_Strict):
     requires_gpu: bool = False
     chat_template: bool = True
     scheduler: str | None = None
-    small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs as W @ x.T "
-                                                        "(treegraft/cpu_kernels.py)")
+    small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs and the output head "
+                                                        "as W @ x.T (treegraft/cpu_kernels.py)")
     drafting: DraftingConfig = DraftingConfig()
     generation: GenerationConfig = GenerationConfig()
 

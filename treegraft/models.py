@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .config import ModelSource, PairConfig, resolve_path
-from .cpu_kernels import use_weight_left_linear
+from .cpu_kernels import use_cpu_kernels
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -203,8 +203,8 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     if pair.mid.share_embeddings_with_target:
         share_embeddings(mid, target)
     if pair.small_batch_linear and device.type == "cpu":
-        use_weight_left_linear(target)
-        use_weight_left_linear(mid)
+        use_cpu_kernels(target)
+        use_cpu_kernels(mid)
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)))
 
 

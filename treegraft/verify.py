@@ -13,7 +13,6 @@ import torch
 from transformers import DynamicCache
 
 from .config import GenerationConfig
-from .head import OutputHead
 from .kv import additive_mask, keep_slots
 from .profile import Profile
 from .sampling import draw, processed_probs
@@ -25,17 +24,13 @@ class TargetModel:
         self.model = model
         self.device = model.get_input_embeddings().weight.device
         self.dtype = next(model.parameters()).dtype
-        self.head = OutputHead(model)
         self.profile = Profile(self.device)  # the engine shares its own
         self.cache = DynamicCache()
         self.cached = 0
 
     def forward(self, ids: torch.Tensor, **kw) -> torch.Tensor:
-        """[1, n] ids -> [n, vocab] logits, through the stock decoder and our head where that is exact."""
+        """[1, n] ids -> [n, vocab] logits (the stock forward)."""
         with self.profile.part("target_forward"):
-            if self.head.fast:
-                hidden = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state
-                return self.head(hidden[0])
             return self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0]
 
     @torch.no_grad()
@@ -44,8 +39,7 @@ class TargetModel:
         self.cache, self.cached = DynamicCache(), 0
         if len(committed) > 1:
             ids = torch.tensor([committed[:-1]], device=self.device)
-            body = self.model.model if self.head.fast else self.model  # the decoder alone: no head needed
-            body(input_ids=ids, cache=self.cache, use_cache=True)
+            self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=1)
             self.cached = len(committed) - 1
 
     @torch.no_grad()
