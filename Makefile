@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: install browser demo cli-demo test test-slow distill
+.PHONY: install browser demo cli-demo test test-slow distill distill-head
 
 $(STAMP): requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -38,4 +38,10 @@ test-slow: install browser
 
 distill: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft distill --pair default --layers 4 --minutes 55 --seed 0
+	$(PY) -m treegraft distill --pair smollm2-lm --kind lm --layers 4 --minutes 55 --seed 0
+
+# the default pair's draft head (models/smollm2-head); add ARGS=--resume to continue a run
+distill-head: install
+	$(PY) -m pip install -q -r requirements-distill.txt
+	$(PY) -m treegraft distill --pair default --kind head --windows 1000 --depths 2 --minutes 50 --seed 0 \
+		--eval-per-category 2 $(ARGS)

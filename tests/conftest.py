@@ -21,6 +21,22 @@ def fp32_pair():
 
 
 @pytest.fixture(scope="session")
+def lm_pair():
+    """The same target with the earlier 4-layer mid LM (pair smollm2-lm), float32, loaded once."""
+    from treegraft.config import DEFAULT_MODELS_YAML, load_pair
+    from treegraft.models import load_pair_models
+
+    return load_pair_models(load_pair("smollm2-lm", MODELS_YAML or DEFAULT_MODELS_YAML), "float32")
+
+
+@pytest.fixture(scope="session")
+def lm_engine(lm_pair):
+    from treegraft.engine import Engine
+
+    return Engine(lm_pair)
+
+
+@pytest.fixture(scope="session")
 def engine(fp32_pair):
     from treegraft.engine import Engine
 
@@ -33,3 +49,11 @@ def tiny_engine():
     from treegraft.engine import Engine
 
     return Engine(tiny_pair())
+
+
+@pytest.fixture(scope="session")
+def tiny_head_engine():
+    from tests.tiny import tiny_head_pair
+    from treegraft.engine import Engine
+
+    return Engine(tiny_head_pair())

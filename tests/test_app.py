@@ -53,6 +53,11 @@ def test_generation_streams_in_order_and_ends_with_text_counters_and_trace(app_u
     for label in ("fixed", "ar", "all-small", "all-mid"):
         assert f"<b>{label}</b>" in counters and "(running)" not in counters
     assert "x</td>" in counters  # speedups filled in
+    assert "warm-up" in counters and "time per new token" in counters and "rotates" in counters
+    if "float32 every method" in counters:  # the caption states what is true on the running dtype
+        assert counters.count(">identical</td>") == 4, counters
+    else:
+        assert "may differ from AR" in counters
     text = "".join(seg["token"] for seg in final[7]) if isinstance(final[7], list) else final[7]
     assert text.strip()
     trace = final[8]

@@ -1,11 +1,12 @@
 """The cost-aware verification budget (treegraft/budget.py): pure parts, then wired into the engine."""
 import math
+import time
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
-from treegraft.budget import AcceptanceModel, VerifyCost, choose, probe_sizes
+from treegraft.prune import AcceptanceModel, VerifyCost, choose, probe_sizes
 from treegraft.config import GenerationConfig, load_pair
 from treegraft.methods import MethodSpec
 from treegraft.tree import MID, SMALL, DraftTree, add_child
@@ -76,12 +77,12 @@ def pair_drafting():
 @contextmanager
 def cost_curve(engine, ms: dict):
     """Run with this verification cost curve, then restore the engine's own."""
-    saved = dict(engine.verify_cost.ms)
-    engine.verify_cost.ms = dict(ms)
+    saved = dict(engine.pruner.verify_cost.ms)
+    engine.pruner.verify_cost.ms = dict(ms)
     try:
         yield
     finally:
-        engine.verify_cost.ms = saved
+        engine.pruner.verify_cost.ms = saved
 
 
 def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):
@@ -104,11 +105,31 @@ def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_dra
 
 
 def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_drafting):
+    """The probe verifies chains of the probe sizes, all before the generation's clock starts. Checked by
+    order of events (each verification's start vs the clock's start), not by how long anything takes."""
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=6)
-    with cost_curve(engine, {}):
-        res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
-        assert sorted(engine.verify_cost.ms) == [0, 1, 2, 4, 8]  # the probe sizes for B_ver = 8
-        assert res.prefill_s < 0.5 * res.wall_s  # the probe (10 verifications) is not in the wall time
+    calls, verify = [], engine.target.verify
+
+    def recording(tree, nodes):
+        calls.append((time.perf_counter(), len(nodes) - 1))
+        return verify(tree, nodes)
+
+    engine.target.verify = recording
+    try:
+        with cost_curve(engine, {}):
+            res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+            end = time.perf_counter()
+            probes = probe_sizes(pair_drafting.budget)
+            assert set(probes) <= set(engine.pruner.verify_cost.ms)  # rounds may add the sizes they verified
+            clock_start = end - res.wall_s
+            probe_calls = calls[: 2 * len(probes)]  # each size twice (warm-up, then timed)
+            assert sorted({n for _, n in probe_calls}) == probes
+            assert all(t < clock_start for t, _ in probe_calls)  # before the clock
+            assert all(t >= clock_start for t, _ in calls[len(probe_calls):])  # the rounds' own, inside it
+            again = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+            assert len(calls) == len(probe_calls) + len(res.rounds) + len(again.rounds)  # calibrated once
+    finally:
+        engine.target.verify = verify
     with cost_curve(engine, {}):
         one = engine.generate(ids[-1:], MethodSpec("all-small"), pair_drafting, gen)  # nothing to calibrate on
-        assert not engine.verify_cost and len(one.new_tokens) == 6
+        assert not engine.pruner.verify_cost and len(one.new_tokens) == 6

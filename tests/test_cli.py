@@ -64,3 +64,15 @@ def test_adaptive_budget_switch(capsys):
                      "--prompt", "Say hi.", "--json"]) == 0
         out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert out["settings"]["drafting"]["adaptive_budget"] is want
+
+
+def test_hf_assisted_through_the_cli(capsys):
+    """Assisted generation needs an LM mid: it runs on the LM pair (same target) and is refused, clearly, on
+    the default pair's draft head."""
+    ar = run_json(capsys, "--method", "ar")
+    out = run_json(capsys, "--method", "hf-assisted", "--pair", "smollm2-lm")
+    assert out["pair"] == "smollm2-lm" and out["method"] == "hf-assisted"
+    assert out["new_tokens"] == ar["new_tokens"] and out["wall_s"] > 0
+    assert main(["generate", "--method", "hf-assisted", "--prompt", PROMPT, "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "hf-assisted needs a causal-LM mid" in err and "smollm2-lm" in err

@@ -27,12 +27,28 @@ def ar_text(engine, prompt, n):
     return "".join(engine.tokenizer.decode([t]) for t in res.new_tokens)
 
 
-def test_two_users_at_once_both_finish_exactly(app_url, engine):
+@pytest.fixture(scope="module")
+def fp32_app_url():
+    """The app with its engines pinned to float32, for tests that compare its outputs with AR's."""
+    from tests.test_app import free_port
+    from ui.app_blocks import build_app
+    from ui.runtime import Runtime
+
+    demo = build_app(Runtime(dtype="float32"))
+    demo.queue(default_concurrency_limit=1, max_size=16)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def test_two_users_at_once_both_finish_exactly(fp32_app_url, engine):
+    """Both sides float32 (the app pinned, `engine` is the fp32 fixture): outputs must be identical."""
     prompts = ["Name a fruit.", "Name a colour."]
     results = {}
 
     def run(p):
-        results[p] = list(client(app_url).submit(*submit_args(prompt=p, max_new=10, compare=False),
+        results[p] = list(client(fp32_app_url).submit(*submit_args(prompt=p, max_new=10, compare=False),
                                                  api_name="/generate"))
 
     threads = [threading.Thread(target=run, args=(p,)) for p in prompts]

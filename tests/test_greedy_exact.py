@@ -20,6 +20,8 @@ VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget)
     ("fixed", (1, 0, 1, 0, 1), False, True, BASE.budget, True),  # --no-eg
     ("fixed", (0, 0, 1, 0, 1), True, False, BASE.budget, True),  # --no-nd
     ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the learned scheduler
+    ("oracle", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # value-model search at every step
+    ("csd", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the sequence-level cascade
 ]
 
 

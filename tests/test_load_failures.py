@@ -90,3 +90,27 @@ def test_app_reports_load_failures_and_keeps_working(app_url):
         client.predict(*submit_args(pair="broken-checkpoint"), api_name="/generate")
     final = client.predict(*submit_args(max_new=4, compare=False), api_name="/generate")
     assert final[0].startswith("Done.")
+
+
+def test_pair_with_two_vocabularies_is_refused_naming_both(tmp_path, capsys):
+    """Real checkpoints on disk: a tiny target and a tiny mid whose tokenizers map tokens differently."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+
+    target_dir, mid_dir = tmp_path / "tiny-target", tmp_path / "tiny-mid-other-vocab"
+    tiny_model(1).save_pretrained(target_dir)
+    tiny_tokenizer().save_pretrained(target_dir)
+    tiny_model(2, layers=1).save_pretrained(mid_dir)
+    other = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    other.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=other).save_pretrained(mid_dir)
+    yml = tmp_path / "models.yaml"
+    yml.write_text(yaml.safe_dump({"pairs": {"mismatch": {
+        "target": {"path": str(target_dir)}, "mid": {"path": str(mid_dir)}, "chat_template": False,
+        "dtype": "float32", "device": "cpu"}}}))
+    rc = main(["--models", str(yml), "generate", "--pair", "mismatch", "--prompt", "t1 t2", "--raw"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"path:{target_dir}" in err and f"path:{mid_dir}" in err and "do not share one vocabulary" in err

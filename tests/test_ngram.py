@@ -1,5 +1,4 @@
 """The small drafter: matches, back-off, incremental update, cost."""
-import time
 
 import pytest
 
@@ -47,17 +46,31 @@ def test_incremental_update_equals_bulk():
         assert dict(inc.tables[n]) == dict(bulk.tables[n])
 
 
-def test_cost_per_draft_step_is_well_under_a_millisecond():
-    """A draft step proposes for a frontier of W=8 nodes over a 2,000-token context."""
+class CountingTable(dict):
+    """A table that counts its look-ups (the work a proposal does, measured without a clock)."""
+
+    lookups = 0
+
+    def get(self, key, default=None):
+        CountingTable.lookups += 1
+        return super().get(key, default)
+
+
+def test_draft_step_work_does_not_grow_with_the_context():
+    """A draft step (W = 8 frontier nodes) does at most n_max table look-ups per node, whether the context
+    holds 200 or 20,000 tokens: no rescan. (Its wall time is reported by the benchmark's profile, per
+    machine; a test asserts no timing.)"""
     import random
 
     rng = random.Random(0)
-    idx = NgramIndex(5)
-    idx.extend([rng.randrange(300) for _ in range(2000)])
     tails = [[rng.randrange(300) for _ in range(rng.randrange(1, 6))] for _ in range(8)]
-    t0 = time.perf_counter()
-    for _ in range(200):
-        for tail in tails:
-            idx.propose(tail, k=4)
-    per_step = (time.perf_counter() - t0) / 200
-    assert per_step < 1e-3
+    work = {}
+    for length in (200, 20_000):
+        idx = NgramIndex(5)
+        idx.extend([rng.randrange(300) for _ in range(length)])
+        idx.tables = [CountingTable(t) for t in idx.tables]
+        CountingTable.lookups = 0
+        proposals = [idx.propose(tail, k=4) for tail in tails]
+        assert any(proposals)
+        work[length] = CountingTable.lookups
+    assert work[200] <= 8 * 5 and work[20_000] <= 8 * 5

@@ -9,7 +9,7 @@ import pytest
 
 from treegraft.config import DraftingConfig, GenerationConfig, load_pair, resolve_path
 from treegraft.methods import MethodSpec, make_policy
-from treegraft.policies import Fixed, StepState
+from treegraft.methods import Fixed, StepState
 from treegraft.prompts import Prompt
 from treegraft.scheduler.features import PAPER_SIX, TREE_CANDIDATES, FeatureTracker, context_names
 from treegraft.scheduler.policy import LearnedPolicy, SchedulerFile

@@ -4,11 +4,16 @@ import math
 import numpy as np
 import pytest
 
+from treegraft.prune import prune
 from treegraft.tree import (MID, SMALL, DraftTree, add_child, ancestor_matrix, batch_layout, delete_subtree,
-                            mid_pool, path_to, path_tokens, prune, recompute_scores, reselection_rate,
+                            mid_pool, path_to, path_tokens, recompute_scores, reselection_rate,
                             small_pool, top_w, unvisited_closure)
 
 L = math.log
+
+
+def children(t: DraftTree, v: int) -> list[int]:
+    return [c for c in np.flatnonzero(t.parent[: t.n] == v) if t.alive[c]]
 
 
 def build():
@@ -38,7 +43,7 @@ def test_dedup_keeps_node_refreshes_p_and_marks_confirmation():
     assert t.confirmed[a] == (1 << SMALL) | (1 << MID)
     recompute_scores(t)
     assert math.exp(t.score[e]) == pytest.approx(.9 * .5 * .9)
-    siblings = [int(t.token[x]) for x in t.children(0)]
+    siblings = [int(t.token[x]) for x in children(t, 0)]
     assert len(siblings) == len(set(siblings))
 
 
@@ -63,11 +68,11 @@ def test_frontier_top_w_by_score_and_reselection():
 def test_non_destructive_graft_keeps_subtree_overwrite_deletes_it():
     t, (a, b, c, d, e) = build()
     add_child(t, a, 7, L(.4), MID, 4)
-    assert t.alive[[c, e]].all() and len(t.children(a)) == 2
+    assert t.alive[[c, e]].all() and len(children(t, a)) == 2
     removed = delete_subtree(t, a)
     assert sorted(removed) == sorted([c, e, t.n - 1])
     assert not t.alive[[c, e]].any() and t.alive[a]
-    assert t.children(a) == []
+    assert children(t, a) == []
     v, created = add_child(t, a, 3, L(.5), MID, 5)  # the token can be grafted again after deletion
     assert created and v != c
 

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 from treegraft.config import GenerationConfig, DraftingConfig
 from treegraft.methods import MethodSpec
 from treegraft.tree import SMALL, DraftTree, add_child, path_to, unvisited_closure
-from treegraft.verify import TargetModel
+from treegraft.target import TargetModel
 from treegraft.drafters.neural import MidDrafter
 
 ATOL = 2e-3
@@ -50,8 +50,10 @@ def test_target_tree_logits_equal_plain_causal_pass(fp32_pair, prefix):
         assert torch.allclose(logits[v], ref, atol=ATOL), (v, (logits[v] - ref).abs().max())
 
 
-def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(fp32_pair, prefix):
-    """Second evaluation reuses the cached slots of the first (ancestors already evaluated)."""
+def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(lm_pair, prefix):
+    """Second evaluation reuses the cached slots of the first (ancestors already evaluated). (The LM mid;
+    the draft head's equivalent is tests/test_head.py and the head test below.)"""
+    fp32_pair = lm_pair
     mid = MidDrafter(fp32_pair.mid, len(fp32_pair.tokenizer))
     mid.start()
     mid.begin_round()
@@ -70,7 +72,8 @@ def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(fp32_pair, prefix
             assert torch.allclose(lq.logq[i], ref, atol=ATOL), (v, (lq.logq[i] - ref).abs().max())
 
 
-def test_mid_draft_vocabulary_restricts_the_head(fp32_pair, prefix):
+def test_mid_draft_vocabulary_restricts_the_head(lm_pair, prefix):
+    fp32_pair = lm_pair
     vocab = torch.arange(0, 4000, 3)
     mid = MidDrafter(fp32_pair.mid, len(fp32_pair.tokenizer), vocab)
     mid.start()
@@ -93,7 +96,8 @@ def cache_of(model, tokens):
 
 
 @pytest.mark.parametrize("method", ["all-mid", "fixed"])
-def test_kv_caches_after_rounds_equal_plain_pass(engine, fp32_pair, prefix, method):
+def test_kv_caches_after_rounds_equal_plain_pass(lm_engine, lm_pair, prefix, method):
+    engine, fp32_pair = lm_engine, lm_pair
     s = engine.start(prefix, MethodSpec(method), DraftingConfig(), GenerationConfig(max_new_tokens=64))
     for _ in range(3):
         engine.speculative_round(s)
@@ -109,3 +113,13 @@ def test_kv_caches_after_rounds_equal_plain_pass(engine, fp32_pair, prefix, meth
     for got, want in zip(engine.mid.cache.layers, ref.layers):
         assert got.keys.shape == want.keys.shape
         assert torch.allclose(got.keys, want.keys, atol=ATOL) and torch.allclose(got.values, want.values, atol=ATOL)
+
+
+def test_draft_head_features_and_cache_after_rounds_equal_plain_pass(engine, prefix):
+    """The default pair's draft head after real rounds (tests/test_head.py has the tiny-model twin)."""
+    from tests.test_head import assert_head_state_is_a_plain_pass
+
+    s = engine.start(prefix, MethodSpec("all-mid"), DraftingConfig(), GenerationConfig(max_new_tokens=64))
+    for _ in range(3):
+        engine.speculative_round(s)
+    assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from treegraft.trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot, dumps
-from treegraft.tree import MID, SMALL, DraftTree, add_child, delete_subtree, prune
+from treegraft.prune import prune
+from treegraft.tree import MID, SMALL, DraftTree, add_child, delete_subtree
 from ui.charts import counters_html, margin_figure, output_segments, speedup_figure
 from ui.trace_io import TraceError, load_trace, parse_trace
 from ui.tree_figure import COLORS, tree_figure
@@ -24,11 +25,14 @@ def hand_round():
     e, _ = add_child(t, b, 5, math.log(.4), MID, 3)
     add_child(t, b, 5, math.log(.6), SMALL, 4)  # confirmation: e proposed by both
     prune(t, 4)  # drops d (lowest score)
-    steps = [StepTrace(1, "small", [0], [0], [a], [], [], 1, None, .001, margin=-0.2),
-             StepTrace(2, "small", [a], [a], [d], [], [], 1, None, .001, margin=-0.1),
-             StepTrace(3, "mid", [0, a, d], [0, a], [b, c, e], [], [], 1, 0.5, .02, margin=0.3),
-             StepTrace(4, "small", [b, c, e], [b], [], [e], [], 3, None, .001, margin=-0.3)]
-    return RoundTrace(0, 10, TreeSnapshot.of(t), steps, [0, a, c], [1, 3], 9, .03, .05, .001, .081), (a, b, c, d, e)
+    steps = [StepTrace(1, "small", pool=[0], frontier=[0], added=[a], n_k=1, draft_s=.001, margin=-0.2),
+             StepTrace(2, "small", pool=[a], frontier=[a], added=[d], n_k=1, draft_s=.001, margin=-0.1),
+             StepTrace(3, "mid", pool=[0, a, d], frontier=[0, a], added=[b, c, e], n_k=1, reselect_rate=0.5,
+                       draft_s=.02, margin=0.3),
+             StepTrace(4, "small", pool=[b, c, e], frontier=[b], confirmed=[e], n_k=3, draft_s=.001, margin=-0.3)]
+    return RoundTrace(index=0, prefix_len=10, tree=TreeSnapshot.of(t), bonus_token=9, steps=steps,
+                      accepted_path=[0, a, c], accepted_tokens=[1, 3], draft_s=.03, verify_s=.05, commit_s=.001,
+                      wall_s=.081), (a, b, c, d, e)
 
 
 def trace_names(fig):
@@ -75,10 +79,10 @@ def test_overwritten_nodes_are_marked():
     removed = delete_subtree(t, a)
     add_child(t, a, 6, -0.2, MID, 3)
     prune(t, 8)
-    steps = [StepTrace(1, "small", [0], [0], [a], [], [], 1, None, 0.0),
-             StepTrace(2, "small", [a], [a], [c], [], [], 1, None, 0.0),
-             StepTrace(3, "mid", [a, c], [a], [3], [], removed, 1, 0.0, 0.0)]
-    rt = RoundTrace(0, 5, TreeSnapshot.of(t), steps, [0], [], 9, 0, 0, 0, 0)
+    steps = [StepTrace(1, "small", pool=[0], frontier=[0], added=[a], n_k=1),
+             StepTrace(2, "small", pool=[a], frontier=[a], added=[c], n_k=1),
+             StepTrace(3, "mid", pool=[a, c], frontier=[a], added=[3], removed=removed, n_k=1, reselect_rate=0.0)]
+    rt = RoundTrace(index=0, prefix_len=5, tree=TreeSnapshot.of(t), bonus_token=9, steps=steps)
     assert points(trace_names(tree_figure(rt, STRINGS, show="all"))["overwritten (w/o ND)"]) == 1
     assert points(trace_names(tree_figure(rt, STRINGS, show="all", upto_step=2))["overwritten (w/o ND)"]) == 0
 
@@ -102,12 +106,28 @@ def test_margin_trace_marks_calls_and_threshold():
 
 
 def test_speedups_counters_and_output_segments():
-    runs = {"ar": {"wall_s": 2.0, "tokens": 10, "done": True},
-            "treegraft": {"wall_s": 1.0, "tokens": 10, "done": True, "mean_accepted": 1.5, "rounds": 4}}
+    runs = {"ar": {"wall_s": 2.0, "tokens": 10, "done": True, "new_tokens": list(range(10))},
+            "treegraft": {"wall_s": 1.0, "tokens": 10, "done": True, "mean_accepted": 1.5, "rounds": 4,
+                          "new_tokens": list(range(10))},
+            "all-small": {"wall_s": 0.5, "tokens": 4, "done": True, "new_tokens": [0, 1, 9, 9]}}
     bar = speedup_figure(runs).data[0]
-    assert list(bar.y) == [2.0] and list(bar.x) == ["treegraft"]
-    html = counters_html(runs, ["treegraft", "ar", "all-mid"])
-    assert "2.00x" in html and "queued" in html
+    # time per token: AR 200 ms, treegraft 100 ms, all-small 125 ms (fewer tokens, not a 4x speedup)
+    assert list(bar.y) == [2.0, 1.6] and list(bar.x) == ["treegraft", "all-small"]
+    html = counters_html(runs, ["treegraft", "ar", "all-small", "all-mid"], "float32")
+    assert "2.00x" in html and "1.60x" in html and "queued" in html
+    assert ">identical</td>" in html and ">first 2 of 10</td>" in html
+    assert "identical to AR" in html
+    assert "may differ" in counters_html(runs, ["treegraft", "ar"], "bfloat16")
+
+
+def test_compared_methods_rotate_from_run_to_run():
+    from ui.app_blocks import compare_order
+
+    orders = [compare_order("treegraft", True) for _ in range(3)]
+    assert all(o[0] == "treegraft" and sorted(o[1:]) == ["all-mid", "all-small", "ar"] for o in orders)
+    assert len({tuple(o) for o in orders}) == 3
+    assert compare_order("all-small", True)[0] == "all-small" and len(compare_order("all-small", True)) == 3
+    assert compare_order("fixed", False) == ["fixed"]
     rt, _ = hand_round()
     assert output_segments([rt], STRINGS) == [(" a", "draft: small"), (" c", "draft: mid"), ("!", "bonus (target)")]
 

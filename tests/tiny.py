@@ -36,3 +36,24 @@ def tiny_pair() -> LoadedPair:
     cfg = PairConfig(name="tiny", target=src, mid=src, chat_template=False, dtype="float32", device="cpu")
     return LoadedPair(cfg, tiny_tokenizer(), tiny_model(1), tiny_model(2, layers=1), torch.device("cpu"),
                       torch.float32)
+
+
+def tiny_head(target, seed: int = 3):
+    """A randomly initialised draft head on a tiny target (drafters/head.py)."""
+    from treegraft.drafters.head import DraftHead
+
+    torch.manual_seed(seed)
+    head = DraftHead(target.config, target.get_input_embeddings()).float().eval().requires_grad_(False)
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() == 2 and p is not target.get_input_embeddings().weight:
+                p.normal_(0, 0.3)
+    return head
+
+
+def tiny_head_pair() -> LoadedPair:
+    """The tiny target with a draft head as its mid (mid kind: head)."""
+    target = tiny_model(1)
+    cfg = PairConfig(name="tiny-head", target=ModelSource(path="tiny"), mid=ModelSource(path="tiny", kind="head"),
+                     chat_template=False, dtype="float32", device="cpu")
+    return LoadedPair(cfg, tiny_tokenizer(), target, tiny_head(target), torch.device("cpu"), torch.float32)

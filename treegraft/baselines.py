@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import GenerationConfig
+from .config import ConfigError, GenerationConfig
 from .kv import timed
 
 PLD_TOKENS = 10
@@ -17,15 +17,19 @@ def hf_generate(pair, prompt_ids: list[int], name: str, gen: GenerationConfig, s
     model = pair.target
     device = model.get_input_embeddings().weight.device
     ids = torch.tensor([prompt_ids], device=device)
-    kwargs = dict(max_new_tokens=gen.max_new_tokens, do_sample=gen.temperature > 0,
+    kwargs = dict(max_new_tokens=gen.max_new_tokens, do_sample=not gen.greedy,
                   attention_mask=torch.ones_like(ids), pad_token_id=pair.tokenizer.pad_token_id
                   if pair.tokenizer.pad_token_id is not None else pair.tokenizer.eos_token_id)
-    if gen.temperature > 0:
+    if not gen.greedy:
         kwargs.update(temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k or None)
         torch.manual_seed(seed)
     if name == "hf-pld":
         kwargs["prompt_lookup_num_tokens"] = PLD_TOKENS
     elif name == "hf-assisted":
+        if pair.config.mid.kind != "lm":
+            raise ConfigError(f"hf-assisted needs a causal-LM mid as Hugging Face's assistant model; pair "
+                              f"'{pair.config.name}' has a draft head ({pair.config.mid.describe()}). Use a pair "
+                              f"with an LM mid, e.g. --pair smollm2-lm")
         kwargs["assistant_model"] = pair.mid
     else:
         raise ValueError(f"not a Hugging Face peer: {name}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from tqdm import tqdm
 
 from .config import DraftingConfig, GenerationConfig
 from .methods import MethodSpec
+from .models import host
 from .profile import BOOKKEEPING_PARTS, FORWARD_PARTS
 from .prompts import Prompt
 
@@ -29,14 +29,17 @@ class BenchMethod:
     label: str
     spec: MethodSpec
     drafting: DraftingConfig
+    pair: str | None = None  # run on another pair's engine (same target, another mid); None: the bench's pair
 
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     """Comma-separated labels: a method name, optionally with :no-eg / :no-nd / :s=10101 / :adaptive /
-    :fixed-budget suffixes."""
+    :fixed-budget suffixes, and @PAIR to run it on another pair of models.yaml (e.g. all-mid@smollm2-lm:
+    the same target with another mid, side by side in one run)."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
-        name, *mods = label.split(":")
+        body, _, pair = label.partition("@")
+        name, *mods = body.split(":")
         d = drafting
         for mod in mods:
             if mod.startswith("s="):
@@ -44,7 +47,7 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
             elif mod in ("adaptive", "fixed-budget"):
                 d = d.model_copy(update={"adaptive_budget": mod == "adaptive"})
         spec = MethodSpec(name, eg="no-eg" not in mods, nd="no-nd" not in mods)
-        out.append(BenchMethod(label, spec, d))
+        out.append(BenchMethod(label, spec, d, pair or None))
     if not any(m.spec.name == "ar" for m in out):
         out.insert(0, BenchMethod("ar", MethodSpec("ar"), drafting))
     return out
@@ -81,11 +84,15 @@ def round_profile(rounds) -> dict:
 
 
 def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: GenerationConfig,
-              repeats: int = 1, progress: bool = True) -> list[dict]:
+              repeats: int = 1, progress: bool = True, others: dict | None = None) -> list[dict]:
+    """Rows of every method on every prompt; `others` maps a pair name to its engine (methods labelled @PAIR)."""
+    def engine_of(m: BenchMethod):
+        return (others or {}).get(m.pair, engine)
+
     rows = []
     warm = engine.encode(prompts[0].messages)
     for m in methods:  # warm-up: every code path once
-        engine.generate(warm, m.spec, m.drafting, gen.model_copy(update={"max_new_tokens": 8}))
+        run_row(engine_of(m), prompts[0], warm, m, gen.model_copy(update={"max_new_tokens": 8}), -1)
     total = len(prompts) * len(methods) * repeats
     with tqdm(total=total, desc="bench", disable=not progress) as bar:
         for i, prompt in enumerate(prompts):
@@ -93,7 +100,7 @@ def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: Ge
             for rep in range(repeats):
                 shift = (i + rep) % len(methods)
                 for m in methods[shift:] + methods[:shift]:
-                    rows.append(run_row(engine, prompt, ids, m, gen, rep))
+                    rows.append(run_row(engine_of(m), prompt, ids, m, gen, rep))
                     bar.update(1)
     add_speedups(rows)
     return rows
@@ -134,6 +141,8 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
             "pool_over_nk": (mean([r["mid_pool"] for r in rs]) or 0) / max(1e-9, mean([r["mid_nk"] for r in rs]) or 0)
             if mean([r["mid_pool"] for r in rs]) else None,
             "reselect_rate": mean([r["reselect_rate"] for r in rs]),
+            "mid_ms_per_call": (sum(r["profile_ms"].get("mid_forward", 0.0) for r in rs)
+                                / sum(r["mid_calls"] for r in rs)) if sum(r["mid_calls"] for r in rs) else None,
             "exact_rate": mean([float(r["exact"]) for r in rs]),
             **per_round_ms(rs),
             **overhead(rs),
@@ -157,14 +166,6 @@ def overhead(rs: list[dict]) -> dict:
     total = sum(parts.values())
     book = sum(parts[k] for k in BOOKKEEPING_PARTS)
     return {"profile_ms_per_round": parts, "overhead_share": book / total if total else None}
-
-
-def machine() -> dict:
-    import torch
-
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def write_outputs(out: Path, rows: list[dict], meta: dict) -> dict:
@@ -207,7 +208,21 @@ def report(summary: dict, meta: dict) -> str:
               "|---|" + "---|" * len(cats)]
     for method, by_cat in summary["per_category"].items():
         lines.append(f"| {method} | " + " | ".join(fmt(by_cat.get(c, {}).get("speedup")) for c in cats) + " |")
-    return "\n".join(lines + overhead_table(summary)) + "\n"
+    return "\n".join(lines + mid_cost_table(summary) + overhead_table(summary)) + "\n"
+
+
+def mid_cost_table(summary: dict) -> list[str]:
+    """The mid's forward per call against AR's target forward per token (the issue's cost ratio)."""
+    ar = summary["overall"].get("ar", {}).get("all")
+    ar_ms = ar["profile_ms_per_round"]["target_forward"] if ar else None
+    rows = [(m, c["all"]["mid_ms_per_call"]) for m, c in summary["overall"].items()
+            if c["all"].get("mid_ms_per_call") is not None]
+    if not rows or not ar_ms:
+        return []
+    lines = ["", "## Mid step cost", "", f"AR's target forward: {ar_ms:.1f} ms per token.", "",
+             "| method | mid forward ms per call | / target step |", "|---|---|---|"]
+    lines += [f"| {m} | {ms:.1f} | {ms / ar_ms:.2f} |" for m, ms in rows]
+    return lines
 
 
 def overhead_table(summary: dict) -> list[str]:
@@ -228,4 +243,4 @@ def overhead_table(summary: dict) -> list[str]:
 def bench_meta(pair: str, engine, prompts, gen, repeats, command: str) -> dict:
     return {"pair": pair, "dtype": str(engine.target.dtype).replace("torch.", ""), "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
-            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
+            "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M")}

@@ -13,13 +13,29 @@ from .prompt_check import PromptError
 
 
 def _distill(args) -> int:
+    pair = load_pair(args.pair, args.models)
+    if (args.kind or pair.mid.kind) == "head":
+        return _distill_head(args, pair)
     from .distill import DistillSettings, distill
 
-    pair = load_pair(args.pair, args.models)
     out = Path(args.out) if args.out else resolve_path(pair.mid.path or "models/distilled-mid")
     s = DistillSettings(layers=args.layers, minutes=args.minutes, max_steps=args.max_steps, seed=args.seed,
-                        lr=args.lr, batch=args.batch, seq_len=args.seq_len, init_from=args.init_from)
+                        lr=args.lr or 6e-4, batch=args.batch, seq_len=args.seq_len or 128, init_from=args.init_from)
     distill(pair, out, s)
+    return 0
+
+
+def _distill_head(args, pair) -> int:
+    from .distill_head import HeadSettings, default_out, measure_agreement, train_head
+
+    out = Path(args.out) if args.out else default_out(pair)
+    if not args.agreement_only:
+        s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
+                         lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
+                         seed=args.seed)
+        train_head(pair, out, s, resume=args.resume)
+    result = measure_agreement(pair, out, args.eval_suite, args.eval_limit, args.eval_tokens, args.eval_per_category)
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -81,7 +97,9 @@ def _bench(args) -> int:
         prompts = prompts[: args.limit]
     methods = parse_methods(args.methods, drafting)
     engine = Engine(load_pair_models(pair, args.dtype))
-    rows = run_bench(engine, prompts, methods, gen, args.repeats, progress=not args.json)
+    others = {m.pair: Engine(load_pair_models(load_pair(m.pair, args.models), args.dtype))
+              for m in methods if m.pair and m.pair != args.pair}  # methods labelled @PAIR
+    rows = run_bench(engine, prompts, methods, gen, args.repeats, progress=not args.json, others=others)
     meta = bench_meta(args.pair, engine, prompts, gen, args.repeats, "python -m treegraft " + " ".join(sys.argv[1:]))
     summary = write_outputs(Path(args.out), rows, meta)
     if args.json:
@@ -106,19 +124,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_generate_parser(sub)
 
-    d = sub.add_parser("distill", help="distil a small mid drafter from a pair's target")
+    for add in (_add_distill, _add_scheduler, _add_draft_vocab, _add_bench):
+        add(sub)
+    ls = sub.add_parser("pairs", help="list the pairs of models.yaml")
+    ls.set_defaults(func=_pairs)
+    return p
+
+
+def _add_distill(sub) -> None:
+    d = sub.add_parser("distill", help="train a pair's mid drafter from its target (an LM or a draft head)")
     d.add_argument("--pair", default="default")
+    d.add_argument("--kind", choices=["lm", "head"], default=None, help="default: the pair's mid kind")
     d.add_argument("--out", default=None, help="output folder (default: the pair's mid path)")
-    d.add_argument("--layers", type=int, default=4)
     d.add_argument("--minutes", type=float, default=45.0)
     d.add_argument("--max-steps", type=int, default=100_000)
-    d.add_argument("--lr", type=float, default=6e-4)
+    d.add_argument("--lr", type=float, default=None, help="default: 6e-4 (lm), 5e-4 (head)")
     d.add_argument("--batch", type=int, default=8)
-    d.add_argument("--seq-len", type=int, default=128)
+    d.add_argument("--seq-len", type=int, default=None, help="default: 128 (lm), 256 (head)")
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--init-from", default=None, help="continue training a saved mid folder")
+    d.add_argument("--layers", type=int, default=4, help="lm: decoder layers of the student")
+    d.add_argument("--init-from", default=None, help="lm: continue training a saved mid folder")
+    d.add_argument("--windows", type=int, default=800, help="head: training windows (the target runs once on each)")
+    d.add_argument("--depths", type=int, default=3, help="head: unrolled passes in training (HASS style)")
+    d.add_argument("--resume", action="store_true", help="head: continue from the folder's train_state.pt")
+    d.add_argument("--agreement-only", action="store_true", help="head: only measure agreement per depth")
+    d.add_argument("--eval-suite", default="bench", help="head: prompt suite for the agreement figures")
+    d.add_argument("--eval-limit", type=int, default=None, help="head: only the first N prompts of it")
+    d.add_argument("--eval-tokens", type=int, default=64, help="head: greedy answer length per prompt")
+    d.add_argument("--eval-per-category", type=int, default=None, help="head: only the first N prompts per category")
     d.set_defaults(func=_distill)
 
+
+def _add_scheduler(sub) -> None:
     sc = sub.add_parser("scheduler", help="offline scheduler training (SPEC 5)")
     ssub = sc.add_subparsers(dest="scheduler_command", required=True)
     c = ssub.add_parser("collect", help="run all 2^D schedules on sampled rounds and record them")
@@ -138,12 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--paper-eta", action="store_true", help="margins on eta = A / t (the paper) instead of (A + 1) / t")
     t.set_defaults(func=_sched_train)
 
+
+def _add_draft_vocab(sub) -> None:
     v = sub.add_parser("draft-vocab", help="rank tokens by frequency for the mid's draft head (FR-Spec style)")
     v.add_argument("--pair", default="default")
     v.add_argument("--out", default=None, help="default: the pair's mid draft_vocab path")
     v.add_argument("--size", type=int, default=16384)
     v.set_defaults(func=_draft_vocab)
 
+
+def _add_bench(sub) -> None:
     b = sub.add_parser("bench", help="run methods side by side on a prompt suite; speedups over AR")
     b.add_argument("--pair", default="default")
     b.add_argument("--methods", default="ar,all-small,all-mid,fixed")
@@ -161,10 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench_out")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
-
-    ls = sub.add_parser("pairs", help="list the pairs of models.yaml")
-    ls.set_defaults(func=_pairs)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

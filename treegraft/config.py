@@ -51,6 +51,11 @@ class GenerationConfig(_Strict):
     top_k: int = Field(0, ge=0, le=100_000, description="0 = no top-k filter")
     max_new_tokens: int = Field(128, ge=1, le=4096)
 
+    @property
+    def greedy(self) -> bool:
+        """The one place that decides greedy (temperature 0) vs sampling."""
+        return self.temperature == 0
+
 
 class ModelSource(_Strict):
     """Where one model's weights come from: exactly one of hub / path / gguf_package."""
@@ -61,6 +66,8 @@ class ModelSource(_Strict):
     gguf_package: str | None = None
     gguf_file: str | None = None
     trust_remote_code: bool = False
+    kind: Literal["lm", "head"] = Field("lm", description="mid only: a causal LM sharing the tokenizer, or a "
+                                                        "draft head on the target's features (drafters/head.py)")
     share_embeddings_with_target: bool = False
     draft_vocab: str | None = None  # mid only: JSON list of token ids, most frequent first (FR-Spec-style head)
     draft_vocab_size: int | None = Field(None, ge=16, description="use the first N ids of draft_vocab")
@@ -72,6 +79,8 @@ class ModelSource(_Strict):
             raise ValueError(f"give exactly one of hub, path or gguf_package (got {given or 'none'})")
         if self.gguf_package and not self.gguf_file:
             raise ValueError("gguf_package needs gguf_file (the .gguf file name inside the package)")
+        if self.kind == "head" and not self.path:
+            raise ValueError("a draft head (kind: head) is a local folder: give `path`")
         return self
 
     def describe(self) -> str:

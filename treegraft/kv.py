@@ -33,3 +33,19 @@ def timed(device: torch.device):
     """perf_counter that waits for the device first, so GPU timings are real."""
     sync(device)
     return time.perf_counter()
+
+
+class Stopwatch:
+    """Lap times at a component's edges: `lap()` returns the seconds since the previous lap (or start)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.start = self.last = timed(device)
+
+    def lap(self) -> float:
+        now = timed(self.device)
+        dt, self.last = now - self.last, now
+        return dt
+
+    def total(self) -> float:
+        return timed(self.device) - self.start

@@ -1,10 +1,19 @@
-"""The methods one engine runs (SPEC 4), and the policy each one drafts with."""
+"""The methods one engine runs (SPEC 4): who drafts each step (a policy) and how a round drafts.
+
+A policy is the "when" of SPEC 2/5: before each draft step it sees the tree and the
+round's history (never a model) and picks SMALL or MID. `build_method` is the one
+factory: it turns a `MethodSpec` into a `Method` (its policy and its drafters), so
+the engine never asks a method's name.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .config import ConfigError, DraftingConfig, resolve_path
-from .policies import AllMid, AllSmall, Fixed, Policy
+from .kv import Stopwatch
+from .profile import profiled
+from .trace import StepTrace
+from .tree import MID, SMALL, DraftTree
 
 TREE_METHODS = ("all-small", "all-mid", "fixed", "treegraft", "oracle", "csd")
 HF_METHODS = ("hf-pld", "hf-assisted")
@@ -22,8 +31,73 @@ class MethodSpec:
             raise ConfigError(f"unknown method '{self.name}'. Methods: {', '.join(METHODS)}")
 
     @property
+    def hf_peer(self) -> bool:
+        """Run by Hugging Face's own generate (no rounds of ours)."""
+        return self.name in HF_METHODS
+
+    @property
+    def drafts(self) -> bool:
+        """Drafts trees (every method but plain autoregressive decoding and the HF peers)."""
+        return self.name in TREE_METHODS
+
+    @property
     def label(self) -> str:
         return self.name + ("" if self.eg else " --no-eg") + ("" if self.nd else " --no-nd")
+
+
+@dataclass
+class StepState:
+    """What a policy may look at before draft step k."""
+
+    k: int  # 1..D
+    depth: int  # D
+    tree: DraftTree
+    actions: list[int] = field(default_factory=list)  # this round's earlier actions
+    prompt_len: int = 0
+    t_target_ms: float = 0.0  # measured verification time (running mean)
+    t_mid_ms: float = 0.0  # measured mid step time (running mean)
+
+
+@dataclass
+class Decision:
+    action: int  # SMALL or MID
+    margin: float | None = None
+    features: list[float] | None = None
+
+
+class Policy:
+    name = "policy"
+    note: str | None = None  # said once in the result (e.g. a fallback)
+
+    def start_round(self) -> None:
+        """Called before each round's first step."""
+
+    def decide(self, state: StepState) -> Decision:
+        raise NotImplementedError
+
+
+class AllSmall(Policy):
+    name = "all-small"
+
+    def decide(self, state: StepState) -> Decision:
+        return Decision(SMALL)
+
+
+class AllMid(Policy):
+    name = "all-mid"
+
+    def decide(self, state: StepState) -> Decision:
+        return Decision(MID)
+
+
+class Fixed(Policy):
+    name = "fixed"
+
+    def __init__(self, schedule: tuple[int, ...]):
+        self.schedule = tuple(schedule)
+
+    def decide(self, state: StepState) -> Decision:
+        return Decision(MID if self.schedule[(state.k - 1) % len(self.schedule)] else SMALL)
 
 
 def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | None = None,
@@ -45,7 +119,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
         if spec.name == "oracle":
             return OraclePolicy(sched, drafting.width, drafting.top_k)
         return LearnedPolicy(sched, drafting.width, drafting.top_k, b0)
-    if spec.name in ("all-small", "csd"):  # csd drafts by its own cascade rule (Engine.csd_draft)
+    if spec.name in ("all-small", "csd"):  # csd drafts by its own cascade rule (drafters/cascade.py)
         return AllSmall()
     if spec.name == "all-mid":
         return AllMid()
@@ -62,3 +136,46 @@ def parse_schedule(text: str) -> tuple[int, ...]:
     if not bits or any(b not in (0, 1) for b in bits):
         raise ConfigError(f"--schedule must be comma-separated 0/1 values, got '{text}'")
     return bits
+
+
+@profiled("scheduler")
+def decide(policy: Policy, state: StepState) -> Decision:
+    return policy.decide(state)
+
+
+@dataclass
+class Method:
+    """A method ready to draft: its policy and a drafter per action (or the CSD cascade)."""
+
+    spec: MethodSpec
+    policy: Policy
+    drafters: dict = field(default_factory=dict)  # SMALL / MID -> a drafter with .step(session, tree, k)
+    cascade: object | None = None  # drafts the whole round itself (CSD)
+
+    def draft(self, s, tree: DraftTree) -> list[StepTrace]:
+        """D steps on one shared tree: before each, the policy decides; then that drafter steps."""
+        if self.cascade is not None:
+            return self.cascade.draft(s, tree)
+        steps, actions = [], []
+        self.policy.start_round()
+        watch = Stopwatch(s.device)
+        for k in range(1, s.drafting.depth + 1):
+            decision = decide(self.policy, s.step_state(tree, k, actions))
+            sched_s = watch.lap()
+            step = self.drafters[decision.action].step(s, tree, k)
+            step.draft_s, step.sched_s = watch.lap(), sched_s
+            step.margin, step.features = decision.margin, decision.features
+            actions.append(decision.action)
+            steps.append(step)
+        return steps
+
+
+def build_method(spec: MethodSpec, drafting: DraftingConfig, mid, scheduler: str | None = None) -> Method:
+    """The factory: a tree method's policy and drafters over the engine's mid drafter (LM or head)."""
+    from .drafters.cascade import Cascade
+    from .drafters.graft import MidGrafter
+    from .drafters.ngram import SmallDrafter
+
+    policy = make_policy(spec, drafting, scheduler, drafting.mid_budget)
+    drafters = {SMALL: SmallDrafter(), MID: MidGrafter(mid, eg=spec.eg, nd=spec.nd)}
+    return Method(spec, policy, drafters, Cascade(mid) if spec.name == "csd" else None)

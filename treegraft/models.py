@@ -37,7 +37,7 @@ class LoadedPair:
     config: PairConfig
     tokenizer: PreTrainedTokenizerBase
     target: PreTrainedModel
-    mid: PreTrainedModel
+    mid: PreTrainedModel | torch.nn.Module  # a causal LM, or a DraftHead (mid.kind == "head")
     device: torch.device
     dtype: torch.dtype
     mid_vocab: torch.Tensor | None = None  # [S] the mid's draft vocabulary (None: all tokens)
@@ -54,6 +54,16 @@ def cpu_supports_bf16() -> bool:
         return False
 
 
+def host() -> dict:
+    """The machine a figure was measured on (benchmarks, scheduler files)."""
+    import platform
+
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(), "cpu_bf16": cpu_supports_bf16(),
+            "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
 def pick_device(policy: str) -> torch.device:
     if policy == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("this pair asks for device 'cuda' but no CUDA GPU is available")
@@ -62,12 +72,23 @@ def pick_device(policy: str) -> torch.device:
     return torch.device(policy)
 
 
+AUTO_DTYPE_ENV = "TREEGRAFT_AUTO_DTYPE"
+
+
 def pick_dtype(policy: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on CUDA with bf16 support (else fp16); on CPU bf16 where AVX512-BF16/AMX exist, else fp32."""
+    """auto: bf16 on CUDA with bf16 support (else fp16); on CPU bf16 where AVX512-BF16/AMX exist, else fp32.
+
+    TREEGRAFT_AUTO_DTYPE=bfloat16|float32 decides what `auto` means on a CPU whatever its features, so both
+    paths can be exercised on any host (bf16 without native support is slow, but runs)."""
     if policy != "auto":
         return DTYPES[policy]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    forced = os.environ.get(AUTO_DTYPE_ENV, "").strip()
+    if forced:
+        if forced not in ("bfloat16", "float32"):
+            raise ModelLoadError(f"{AUTO_DTYPE_ENV} must be bfloat16 or float32, not '{forced}'")
+        return DTYPES[forced]
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
 
 
@@ -194,13 +215,19 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
         raise ModelLoadError(f"pair '{pair.name}' needs a CUDA GPU (requires_gpu: true); none is available here")
     torch_dtype = pick_dtype(dtype or pair.dtype, device)
     tok = _load_or_explain("target tokenizer", pair.target, lambda: load_tokenizer(pair.target))
-    if not pair.mid.share_embeddings_with_target:
+    if not pair.mid.share_embeddings_with_target and pair.mid.kind == "lm":
         mid_tok = _load_or_explain("mid tokenizer", pair.mid, lambda: load_tokenizer(pair.mid))
         check_vocabularies(tok, mid_tok, pair.target.describe(), pair.mid.describe())
     target = _load_or_explain("target", pair.target,
                               lambda: load_model(pair.target, torch_dtype, device, pair.device_map))
-    mid = _load_or_explain("mid drafter", pair.mid, lambda: load_model(pair.mid, torch_dtype, device))
-    if pair.mid.share_embeddings_with_target:
+    if pair.mid.kind == "head":
+        from .drafters.head import load_head
+
+        mid = _load_or_explain("draft head", pair.mid,
+                               lambda: load_head(resolve_path(pair.mid.path), target, torch_dtype, device))
+    else:
+        mid = _load_or_explain("mid drafter", pair.mid, lambda: load_model(pair.mid, torch_dtype, device))
+    if pair.mid.share_embeddings_with_target and pair.mid.kind == "lm":
         share_embeddings(mid, target)
     if pair.small_batch_linear and device.type == "cpu":
         use_cpu_kernels(target)

@@ -1,14 +1,20 @@
-"""Where a round's time goes: model forwards vs the engine's own bookkeeping.
+"""Where a round's time goes: model forwards vs the engine's own bookkeeping, measured at component edges.
 
-A `Profile` adds wall time to named parts; parts are leaf timers (never nested).
-`FORWARD_PARTS` are model time; `BOOKKEEPING_PARTS` are the engine's own work
-(tree ops and pools, n-gram lookups, the scheduler, pruning, mask building,
-acceptance, KV compaction, trace records). Whatever a round spends outside every
-part (Python glue between them) is reported as `other`.
+Components mark their own work with the `profiled(part)` decorator (the n-gram
+index, the tree operations of a draft step, the scheduler, pruning, mask
+building, the forwards, acceptance, KV compaction, trace records); the engine
+activates its `Profile` around a generation, and the round's code carries no
+timing lines. Parts nest: a part's time excludes the parts running inside it
+(a small step's "tree" time excludes its "ngram" look-ups), so the parts of a
+round add up to at most its wall time. Whatever a round spends outside every part
+(Python glue) is reported as `other`. `FORWARD_PARTS` are model time,
+`BOOKKEEPING_PARTS` the engine's own work.
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 
@@ -17,19 +23,37 @@ from .kv import timed
 FORWARD_PARTS = ("target_forward", "mid_forward")
 BOOKKEEPING_PARTS = ("tree", "ngram", "scheduler", "prune", "mask", "accept", "kv", "trace", "other")
 
+_ACTIVE: ContextVar["Profile | None"] = ContextVar("treegraft_profile", default=None)
+
 
 class Profile:
     def __init__(self, device: torch.device):
         self.device = device
         self.ms: dict[str, float] = {}
+        self._inner: list[float] = []  # time spent in nested parts, per open part
 
     @contextmanager
     def part(self, name: str):
+        """Add this block's exclusive time (minus nested parts) to `name`."""
         t0 = timed(self.device)
+        self._inner.append(0.0)
         try:
             yield
         finally:
-            self.ms[name] = self.ms.get(name, 0.0) + 1000 * (timed(self.device) - t0)
+            elapsed = 1000 * (timed(self.device) - t0)
+            inner = self._inner.pop()
+            self.ms[name] = self.ms.get(name, 0.0) + elapsed - inner
+            if self._inner:
+                self._inner[-1] += elapsed
+
+    @contextmanager
+    def active(self):
+        """Route `profiled` components in this context to this profile."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
 
     def take(self, wall_s: float) -> dict[str, float]:
         """This round's parts in ms (with `other` = wall - parts), and start afresh."""
@@ -38,7 +62,15 @@ class Profile:
         return out
 
 
-def overhead_share(profile_ms: dict[str, float]) -> float:
-    """Bookkeeping time / round time."""
-    total = sum(profile_ms.values())
-    return sum(v for k, v in profile_ms.items() if k not in FORWARD_PARTS) / total if total else 0.0
+def profiled(name: str):
+    """Decorator: the call's time counts as part `name` of the active profile (none active: no cost)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            profile = _ACTIVE.get()
+            if profile is None:
+                return fn(*args, **kwargs)
+            with profile.part(name):
+                return fn(*args, **kwargs)
+        return inner
+    return wrap

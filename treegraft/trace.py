@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from .profile import profiled
 from .tree import DraftTree
 
 TRACE_VERSION = 1
@@ -20,16 +21,18 @@ TREE_FIELDS = ("token", "parent", "depth", "logp", "score", "drafter", "step", "
 
 @dataclass
 class StepTrace:
+    """One draft step; built with keywords (every field but k and action has a default)."""
+
     k: int  # 1..D
     action: str  # "small" | "mid"
-    pool: list[int]  # C_k
-    frontier: list[int]  # F_k
-    added: list[int]  # new nodes
-    confirmed: list[int]  # existing nodes re-proposed (de-duplicated)
-    removed: list[int]  # nodes deleted by an overwrite (w/o-ND only)
-    n_k: int  # |N_k|, the small pool size at this step, for the pool-size ratio
-    reselect_rate: float | None  # mid steps: share of F_k shallower than the deepest leaf
-    draft_s: float  # drafter time of this step
+    pool: list[int] = field(default_factory=list)  # C_k
+    frontier: list[int] = field(default_factory=list)  # F_k
+    added: list[int] = field(default_factory=list)  # new nodes
+    confirmed: list[int] = field(default_factory=list)  # existing nodes re-proposed (de-duplicated)
+    removed: list[int] = field(default_factory=list)  # nodes deleted by an overwrite (w/o-ND only)
+    n_k: int = 0  # |N_k|, the small pool size at this step, for the pool-size ratio
+    reselect_rate: float | None = None  # mid steps: share of F_k shallower than the deepest leaf
+    draft_s: float = 0.0  # drafter time of this step
     margin: float | None = None  # scheduler's g(z) (learned policies)
     sched_s: float = 0.0  # scheduler decision time
     features: list[float] | None = None
@@ -51,6 +54,7 @@ class TreeSnapshot:
     kept: list[bool]
 
     @classmethod
+    @profiled("trace")
     def of(cls, tree: DraftTree) -> "TreeSnapshot":
         n = tree.n
         return cls(**{f: getattr(tree, f)[:n].tolist() for f in TREE_FIELDS})
@@ -62,17 +66,19 @@ class TreeSnapshot:
 
 @dataclass
 class RoundTrace:
+    """One speculative round (or one AR token); built with keywords."""
+
     index: int
     prefix_len: int  # committed tokens before the round (root = the last of them)
     tree: TreeSnapshot
-    steps: list[StepTrace]
-    accepted_path: list[int]  # node ids, root first
-    accepted_tokens: list[int]  # tokens of the accepted draft nodes (root excluded)
     bonus_token: int
-    draft_s: float
-    verify_s: float
-    commit_s: float
-    wall_s: float
+    steps: list[StepTrace] = field(default_factory=list)
+    accepted_path: list[int] = field(default_factory=lambda: [0])  # node ids, root first
+    accepted_tokens: list[int] = field(default_factory=list)  # tokens of the accepted draft nodes (root excluded)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    commit_s: float = 0.0
+    wall_s: float = 0.0
     profile_ms: dict = field(default_factory=dict)  # time per part of the round (treegraft/profile.py)
 
     @property

@@ -51,9 +51,6 @@ class DraftTree:
         """Indices of live nodes, root included, in index (topological) order."""
         return np.flatnonzero(self.alive[: self.n])
 
-    def children(self, v: int) -> list[int]:
-        return [c for c in np.flatnonzero(self.parent[: self.n] == v) if self.alive[c]]
-
     def max_leaf_depth(self) -> int:
         return int(self.depth[: self.n][self.alive[: self.n]].max())
 
@@ -141,36 +138,6 @@ def reselection_rate(tree: DraftTree, frontier: np.ndarray, leaf_depth: int) -> 
     if len(frontier) == 0:
         return 0.0
     return float(np.mean(tree.depth[frontier] < leaf_depth))
-
-
-# --- global budget pruning (SPEC 2.3) ----------------------------------------------------------
-
-def prune(tree: DraftTree, budget: int) -> np.ndarray:
-    """Keep exactly min(budget, live non-root nodes) nodes, best path score first, closed under ancestors.
-
-    Returns the kept non-root nodes in index order and sets `tree.kept` (the root is always kept).
-    """
-    live = tree.live()[1:]
-    target = min(budget, len(live))
-    kept = tree.kept
-    kept[: tree.n] = False
-    kept[0] = True
-    order = live[np.lexsort((live, tree.depth[live], -tree.score[live]))]
-    count = 0
-    for v in order:
-        if count == target:
-            break
-        if kept[v]:
-            continue
-        chain = []
-        u = int(v)
-        while not kept[u]:
-            chain.append(u)
-            u = int(tree.parent[u])
-        if count + len(chain) <= target:
-            kept[chain] = True
-            count += len(chain)
-    return np.flatnonzero(kept[: tree.n])[1:]
 
 
 # --- attention layout of a set of nodes (SPEC 3) -----------------------------------------------

@@ -45,37 +45,76 @@ def margin_figure(rounds: list[RoundTrace]) -> go.Figure:
     return fig
 
 
+def ms_per_token(run: dict) -> float:
+    return 1000 * run["wall_s"] / max(run["tokens"], 1)
+
+
+def speedup_over_ar(runs: dict[str, dict], label: str) -> float | None:
+    """AR's time per new token / the method's (None until both finished): fair when token counts differ."""
+    ar, r = runs.get("ar"), runs.get(label)
+    if not (ar and r and ar.get("done") and r.get("done") and r["tokens"] and ar["tokens"]):
+        return None
+    return ms_per_token(ar) / ms_per_token(r)
+
+
+def match_with_ar(runs: dict[str, dict], label: str) -> str:
+    """'identical', or how many leading tokens equal AR's ('12/30'); '-' until both finished."""
+    ar, r = runs.get("ar"), runs.get(label)
+    if not (ar and r and ar.get("done") and r.get("done") and "new_tokens" in r and "new_tokens" in ar):
+        return "-"
+    a, b = ar["new_tokens"], r["new_tokens"]
+    if a == b:
+        return "identical"
+    same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first {same} of {len(a)}"
+
+
 def speedup_figure(runs: dict[str, dict]) -> go.Figure:
-    """Bars of speedup over AR for every finished run: runs[label] = {"wall_s", "tokens", ...}."""
-    ar = runs.get("ar")
-    labels = [k for k in runs if k != "ar"]
+    """Bars of speedup over AR (time per new token) for every finished run."""
+    labels = [k for k in runs if k != "ar" and speedup_over_ar(runs, k) is not None]
     fig = go.Figure()
-    if ar and labels:
-        vals = [ar["wall_s"] / runs[k]["wall_s"] for k in labels]
+    if labels:
+        vals = [speedup_over_ar(runs, k) for k in labels]
         fig.add_trace(go.Bar(x=labels, y=vals, text=[f"{v:.2f}x" for v in vals], textposition="outside",
                              marker={"color": [COLORS["mid"] if "treegraft" in k else "#888" for k in labels]}))
         fig.add_hline(y=1.0, line={"dash": "dot"}, annotation_text="AR")
-    fig.update_layout(title="Speedup over AR (same prompt, same tokens, wall clock)", template="plotly_white",
+    fig.update_layout(title="Speedup over AR (time per token)", template="plotly_white",
                       height=260, margin={"l": 10, "r": 10, "t": 40, "b": 10}, yaxis_title="x")
     return fig
 
 
-def counters_html(runs: dict[str, dict], order: list[str]) -> str:
-    """A table of the side-by-side runs; rows not finished yet show 'running' or 'queued'."""
-    ar = runs.get("ar")
+def counters_caption(dtype: str, order: list[str]) -> str:
+    """What the counters measure, true for the running dtype."""
+    runs = ", ".join(order[1:]) if len(order) > 1 else "none"
+    same = ("In float32 every method's greedy output is identical to AR's; the last column checks it."
+            if dtype == "float32" else
+            f"In {dtype or 'this dtype'} a batched (tree) forward and a one-token forward round differently, so "
+            "outputs may differ from AR's; the last column shows how far each matches.")
+    return (f"How the counters are measured: one short warm-up generation first (not timed); then "
+            f"{html.escape(order[0]) if order else 'the chosen method'} (drawn live), then {html.escape(runs)} "
+            f"(their order rotates from run to run), on the same engine, prompt and settings, wall clock on this "
+            f"host. Speedup = AR's time per new token / the method's, so runs that stop at different lengths "
+            f"compare fairly. {same}")
+
+
+def counters_html(runs: dict[str, dict], order: list[str], dtype: str = "") -> str:
+    """A table of the side-by-side runs (rows not finished yet: 'running' or 'queued'), and its caption."""
     rows = []
     for label in order:
         r = runs.get(label)
         if r is None:
-            rows.append(f"<tr><td>{html.escape(label)}</td><td colspan=6><i>queued</i></td></tr>")
+            rows.append(f"<tr><td>{html.escape(label)}</td><td colspan=7><i>queued</i></td></tr>")
             continue
         state = "" if r.get("done") else " <i>(running)</i>"
-        speed = f"{ar['wall_s'] / r['wall_s']:.2f}x" if ar and ar.get("done") and r.get("done") else "-"
+        sp = speedup_over_ar(runs, label)
+        speed = f"{sp:.2f}x" if sp is not None else "-"
         rows.append(f"<tr><td><b>{html.escape(label)}</b>{state}</td><td id='speedup-{html.escape(label)}'>{speed}</td>"
-                    f"<td>{r['tokens']}</td><td>{r['wall_s']:.2f}s</td><td>{r['tokens'] / max(r['wall_s'], 1e-9):.1f}</td>"
-                    f"<td>{r.get('mean_accepted', 0):.2f}</td><td>{r.get('rounds', 0)}</td></tr>")
+                    f"<td>{r['tokens']}</td><td>{r['wall_s']:.2f}s</td><td>{ms_per_token(r):.1f}</td>"
+                    f"<td>{r.get('mean_accepted', 0):.2f}</td><td>{r.get('rounds', 0)}</td>"
+                    f"<td id='match-{html.escape(label)}'>{match_with_ar(runs, label)}</td></tr>")
     return ("<table class='tg-counters'><tr><th>method</th><th>speedup vs AR</th><th>tokens</th><th>wall</th>"
-            "<th>tokens/s</th><th>mean A</th><th>rounds</th></tr>" + "".join(rows) + "</table>")
+            "<th>ms/token</th><th>mean A</th><th>rounds</th><th>same as AR</th></tr>" + "".join(rows) + "</table>"
+            f"<p class='tg-counters-caption'><i>{counters_caption(dtype, order)}</i></p>")
 
 
 def output_segments(rounds: list[RoundTrace], token_strings: dict[int, str], limit: int | None = None):

@@ -42,8 +42,9 @@ def pair_status(pair: PairConfig) -> PairStatus:
 class Runtime:
     """One Engine per pair, created on first use; a lock per pair serialises generations on it."""
 
-    def __init__(self, models_yaml=DEFAULT_MODELS_YAML):
+    def __init__(self, models_yaml=DEFAULT_MODELS_YAML, dtype: str | None = None):
         self.models_yaml = models_yaml
+        self.dtype = dtype  # None: each pair's own setting (usually auto)
         self.pairs = load_models_file(models_yaml).pairs
         self._engines: dict[str, object] = {}
         self._load_lock = threading.Lock()
@@ -65,5 +66,5 @@ class Runtime:
                     raise RuntimeError(f"pair '{name}' cannot load here: {status.reason}")
                 if progress is not None:
                     progress(0.1, desc=f"loading pair '{name}' (once, shared by all users)")
-                self._engines[name] = Engine(load_pair_models(self.pairs[name]))
+                self._engines[name] = Engine(load_pair_models(self.pairs[name], self.dtype))
             return self._engines[name]

@@ -72,6 +72,11 @@ def label(token_strings: dict[int, str], tok: int) -> str:
     return s.replace("\n", "\\n").replace(" ", "\u00b7") or "\u2205"
 
 
+NAMES = {"root": "root (last committed token)", "small": "small drafter (n-gram)", "mid": "mid drafter",
+         "both": "proposed by both drafters", "pruned": "pruned (not verified)", "overwritten": "overwritten (w/o ND)"}
+SYMBOLS = {"pruned": "circle-open", "overwritten": "x-thin-open"}
+
+
 def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "kept",
                 upto_step: int | None = None, title: str | None = None) -> go.Figure:
     """The round's tree. show: "kept" (verified nodes) or "all" (everything drafted, pruned faded);
@@ -80,64 +85,65 @@ def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "kept
     nodes = visible_nodes(rt, show, upto_step)
     pos = layout(t.parent, nodes)
     final = upto_step is None
-    accepted = set(rt.accepted_path) if final else set()
-    step_info = rt.steps[upto_step - 1] if upto_step else None
-    frontier = set(step_info.frontier) if step_info else set()
     fig = go.Figure()
-    _edges(fig, t, nodes, pos, accepted)
-    groups: dict[str, list[int]] = {}
-    gone = removed_by(rt, upto_step)
-    for v in nodes:
-        if v in gone:
-            key = "overwritten"
-        elif final and not t.kept[v]:
-            key = "pruned"
-        else:
-            key = category(t, v)
-        groups.setdefault(key, []).append(v)
-    names = {"root": "root (last committed token)", "small": "small drafter (n-gram)", "mid": "mid drafter",
-             "both": "proposed by both drafters", "pruned": "pruned (not verified)",
-             "overwritten": "overwritten (w/o ND)"}
-    for key in ("root", "small", "mid", "both", "pruned", "overwritten"):
-        vs = groups.get(key, [])
-        if not vs:
-            _legend_only(fig, names[key], {"pruned": "circle-open", "overwritten": "x-thin-open"}.get(key, "circle"),
-                         COLORS.get(key, "#999"))
-            continue
-        color = [COLORS[category(t, v)] for v in vs]
-        symbol = {"pruned": "circle-open", "overwritten": "x-thin-open"}.get(key, "circle")
-        fig.add_trace(go.Scatter(
-            x=[pos[v][0] for v in vs], y=[pos[v][1] for v in vs], mode="markers+text", name=names[key],
-            text=[label(token_strings, t.token[v]) for v in vs], textposition="middle right",
-            textfont={"size": 11, "color": "#999" if key in ("pruned", "overwritten") else "#222"},
-            marker={"size": 12, "color": color, "symbol": symbol,
-                    "opacity": 0.45 if key in ("pruned", "overwritten") else 1.0,
-                    "line": {"width": 1, "color": color}},
-            hovertext=[_hover(t, v, token_strings) for v in vs], hoverinfo="text",
-            customdata=vs, legendgroup=key))
+    _edges(fig, t, nodes, pos, set(rt.accepted_path) if final else set())
+    _node_traces(fig, t, node_groups(rt, nodes, upto_step), pos, token_strings)
     _overlay(fig, [v for v in nodes if t.graft_site[v] and (final or t.step[v] <= upto_step)], pos,
              "graft site (mid frontier)", "diamond-open", "#d62728", 20)
+    frontier = set(rt.steps[upto_step - 1].frontier) if upto_step else set()
     if frontier:
         _overlay(fig, [v for v in frontier if v in pos], pos, f"frontier of step {upto_step}", "square-open",
                  "#2ca02c", 22)
-    if not final:
-        _legend_only(fig, "accepted path", "circle-open", COLORS["accepted"])
-        _legend_only(fig, "bonus token (from the target)", "star", COLORS["accepted"])
-    else:
-        _overlay(fig, [v for v in rt.accepted_path if v in pos], pos, "accepted path", "circle-open",
-                 COLORS["accepted"], 22, width=4)
-        last = rt.accepted_path[-1]
-        if last in pos:
-            x, y = pos[last]
-            fig.add_trace(go.Scatter(x=[x + 1], y=[y], mode="markers+text", name="bonus token (from the target)",
-                                     text=[label(token_strings, rt.bonus_token)], textposition="middle right",
-                                     marker={"size": 18, "symbol": "star", "color": COLORS["accepted"]},
-                                     hovertext=[f"bonus token {token_strings.get(rt.bonus_token, '')!r}"],
-                                     hoverinfo="text"))
+    _accepted(fig, rt, pos, token_strings, final)
     fig.update_layout(title=title or _title(rt, upto_step), showlegend=True, template="plotly_white",
                       legend={"orientation": "h", "y": -0.08}, margin={"l": 10, "r": 10, "t": 40, "b": 10},
                       xaxis={"visible": False}, yaxis={"visible": False}, height=560)
     return fig
+
+
+def node_groups(rt: RoundTrace, nodes: list[int], upto_step: int | None) -> dict[str, list[int]]:
+    """Nodes by legend entry: overwritten, pruned (final tree only), else the drafter category."""
+    t, gone, groups = rt.tree, removed_by(rt, upto_step), {}
+    for v in nodes:
+        key = "overwritten" if v in gone else "pruned" if upto_step is None and not t.kept[v] else category(t, v)
+        groups.setdefault(key, []).append(v)
+    return groups
+
+
+def _node_traces(fig: go.Figure, t, groups: dict[str, list[int]], pos, token_strings) -> None:
+    for key in ("root", "small", "mid", "both", "pruned", "overwritten"):
+        vs = groups.get(key, [])
+        symbol = SYMBOLS.get(key, "circle")
+        if not vs:  # the legend always explains every encoding
+            _legend_only(fig, NAMES[key], symbol, COLORS.get(key, "#999"))
+            continue
+        faded = key in ("pruned", "overwritten")
+        color = [COLORS[category(t, v)] for v in vs]
+        fig.add_trace(go.Scatter(
+            x=[pos[v][0] for v in vs], y=[pos[v][1] for v in vs], mode="markers+text", name=NAMES[key],
+            text=[label(token_strings, t.token[v]) for v in vs], textposition="middle right",
+            textfont={"size": 11, "color": "#999" if faded else "#222"},
+            marker={"size": 12, "color": color, "symbol": symbol, "opacity": 0.45 if faded else 1.0,
+                    "line": {"width": 1, "color": color}},
+            hovertext=[_hover(t, v, token_strings) for v in vs], hoverinfo="text", customdata=vs, legendgroup=key))
+
+
+def _accepted(fig: go.Figure, rt: RoundTrace, pos, token_strings, final: bool) -> None:
+    """The accepted path and the bonus token (legend entries only while replaying a draft step)."""
+    if not final:
+        _legend_only(fig, "accepted path", "circle-open", COLORS["accepted"])
+        _legend_only(fig, "bonus token (from the target)", "star", COLORS["accepted"])
+        return
+    _overlay(fig, [v for v in rt.accepted_path if v in pos], pos, "accepted path", "circle-open",
+             COLORS["accepted"], 22, width=4)
+    last = rt.accepted_path[-1]
+    if last in pos:
+        x, y = pos[last]
+        fig.add_trace(go.Scatter(x=[x + 1], y=[y], mode="markers+text", name="bonus token (from the target)",
+                                 text=[label(token_strings, rt.bonus_token)], textposition="middle right",
+                                 marker={"size": 18, "symbol": "star", "color": COLORS["accepted"]},
+                                 hovertext=[f"bonus token {token_strings.get(rt.bonus_token, '')!r}"],
+                                 hoverinfo="text"))
 
 
 def _title(rt: RoundTrace, upto_step: int | None) -> str:

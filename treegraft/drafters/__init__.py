@@ -1,1 +1,15 @@
-"""The two drafters; they know nothing of each other or of the scheduler."""
+"""Drafters: the small n-gram drafter and the two kinds of mid drafter (an LM, or a draft head)."""
+from __future__ import annotations
+
+
+def make_mid_drafter(pair):
+    """The mid drafter of a loaded pair: `MidDrafter` (a causal LM) or `HeadDrafter` (a draft head).
+
+    Both offer start(features), begin_round(), evaluate(tree, committed, nodes) -> MidScores,
+    end_round(path, features), snapshot() / rollback(state); the engine does not know which it drives."""
+    from .head import DraftHead, HeadDrafter
+    from .neural import MidDrafter
+
+    if isinstance(pair.mid, DraftHead):
+        return HeadDrafter(pair.mid, pair.target.get_output_embeddings().weight, len(pair.tokenizer), pair.mid_vocab)
+    return MidDrafter(pair.mid, len(pair.tokenizer), pair.mid_vocab)

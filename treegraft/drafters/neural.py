@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from ..kv import additive_mask, keep_slots
-from ..profile import Profile
+from ..profile import profiled
 from ..tree import DraftTree, path_to
 
 
@@ -43,29 +43,22 @@ class MidScores:
 
 
 class MidDrafter:
-    """`draft_vocab` (optional): restrict the mid's head to these token ids (a frequency-ranked subset,
-    as in FR-Spec): on a small CPU pair the 49k-row head is most of the mid's cost. Children whose token
-    lies outside it keep the p they had (the mid has no opinion on them)."""
+    """A causal-LM mid drafter (the paper's kind). `draft_vocab` (optional) restricts its head to a
+    frequency-ranked subset of token ids (`draft_head_rows`)."""
+
+    needs_target_features = False
 
     def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None):
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.vocab_size = vocab_size  # the shared tokenizer's size; padded embedding rows are ignored
-        head = model.get_output_embeddings().weight[:vocab_size]  # [V, hidden]
-        self.vocab = self.col_of = None
-        if draft_vocab is not None:
-            self.vocab = draft_vocab.to(self.device)
-            self.col_of = torch.full((vocab_size,), -1, dtype=torch.long, device=self.device)
-            self.col_of[self.vocab] = torch.arange(len(self.vocab), device=self.device)
-            head = head[self.vocab]
-        self.head = head.detach().contiguous()  # [S, hidden]
-        self.profile = Profile(self.device)  # the engine shares its own
+        self.head, self.vocab, self.col_of = draft_head_rows(model.get_output_embeddings().weight, vocab_size,
+                                                             draft_vocab)
         self.cache = DynamicCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
 
-    def start(self) -> None:
+    def start(self, target_features: torch.Tensor | None = None) -> None:
         self.cache, self.cached, self.slots = DynamicCache(), 0, {}
 
     def begin_round(self) -> None:
@@ -74,44 +67,34 @@ class MidDrafter:
     @torch.no_grad()
     def evaluate(self, tree: DraftTree, committed: list[int], nodes: np.ndarray) -> MidScores:
         """log q_mid(. | path to u) for every u in `nodes` (index order; unvisited ancestors included)."""
-        with self.profile.part("mask"):
-            pending = committed[self.cached: len(committed) - 1]
-            ids, mask, positions = self._layout(tree, pending, nodes)
-        with self.profile.part("mid_forward"):
-            out = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                   cache=self.cache, use_cache=True)  # the stock decoder; the head is ours
-            p = len(pending)
-            logits = out.last_hidden_state[0, p:] @ self.head.T  # [n, S]
-            logq = torch.log_softmax(logits.float(), dim=-1)
+        pending = committed[self.cached: len(committed) - 1]
+        ids, mask, positions = tree_layout(tree, pending, nodes, self.cached, self.cache.get_seq_length(),
+                                           self.slots, self.dtype, self.device)
+        logq = self._forward(ids, mask, positions, len(pending))  # [n, S]
+        p = len(pending)
         cache_len = self.cache.get_seq_length() - p - len(nodes)
         for i, v in enumerate(nodes):
             self.slots[int(v)] = cache_len + p + i
         self.cached += p
         return MidScores(logq, self.vocab, self.col_of)
 
-    def _layout(self, tree: DraftTree, pending: list[int], nodes: np.ndarray):
-        """ids [1, p + n], additive mask [1, 1, p + n, cache + p + n], positions [1, p + n] for pending + nodes."""
-        base, cache_len, p, n = self.cached, self.cache.get_seq_length(), len(pending), len(nodes)
-        visible = np.zeros((p + n, cache_len + p + n), dtype=bool)
-        visible[:, :base] = True
-        visible[:p, cache_len:cache_len + p] = np.tril(np.ones((p, p), dtype=bool))
-        visible[p:, cache_len:cache_len + p] = True
-        row = {int(v): p + i for i, v in enumerate(nodes)}
-        for i, v in enumerate(nodes):
-            for a in path_to(tree, int(v)):
-                visible[p + i, self.slots[a] if a in self.slots else cache_len + row[a]] = True
-        root_pos = base + p
-        positions = np.concatenate([np.arange(base, base + p), root_pos + tree.depth[nodes]])
-        ids = torch.tensor([pending + tree.token[nodes].tolist()], device=self.device)  # [1, p + n]
-        return (ids, additive_mask(visible, self.dtype, self.device),
-                torch.from_numpy(positions)[None].to(self.device))
+    @profiled("mid_forward")
+    def _forward(self, ids, mask, positions, p: int) -> torch.Tensor:
+        out = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                               cache=self.cache, use_cache=True)  # the stock decoder; the head is ours
+        logits = out.last_hidden_state[0, p:] @ self.head.T  # [n, S]
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    def snapshot(self) -> int:
+        return self.cached
 
     def rollback(self, cached: int) -> None:
         """Back to a state holding `cached` committed tokens and no node slots."""
         keep_slots(self.cache, torch.arange(cached, device=self.device))
         self.cached, self.slots = cached, {}
 
-    def end_round(self, accepted_path: list[int]) -> None:
+    @profiled("kv")
+    def end_round(self, accepted_path: list[int], target_features: torch.Tensor | None = None) -> None:
         """Keep the committed part and the accepted nodes the mid evaluated, in path order."""
         if not self.slots:
             return
@@ -120,8 +103,44 @@ class MidDrafter:
             if v not in self.slots:
                 break
             kept.append(self.slots[v])
-        with self.profile.part("kv"):
-            keep = torch.cat([torch.arange(self.cached), torch.tensor(kept, dtype=torch.long)]).to(self.device)
-            keep_slots(self.cache, keep)
+        keep = torch.cat([torch.arange(self.cached), torch.tensor(kept, dtype=torch.long)]).to(self.device)
+        keep_slots(self.cache, keep)
         self.cached += len(kept)
         self.slots = {}
+
+
+def draft_head_rows(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torch.Tensor | None):
+    """(rows [S, hidden], vocab [S] | None, col_of [V] | None): the output rows a drafter scores with.
+
+    `draft_vocab` restricts them to a frequency-ranked subset (as in FR-Spec): on a small CPU pair the
+    49k-row head is most of a drafter's cost. col_of maps a token id to its column (-1: outside)."""
+    head = output_weight[:vocab_size]  # [V, hidden]; padded embedding rows are ignored
+    vocab = col_of = None
+    if draft_vocab is not None:
+        vocab = draft_vocab.to(head.device)
+        col_of = torch.full((vocab_size,), -1, dtype=torch.long, device=head.device)
+        col_of[vocab] = torch.arange(len(vocab), device=head.device)
+        head = head[vocab]
+    return head.detach().contiguous(), vocab, col_of
+
+
+@profiled("mask")
+def tree_layout(tree: DraftTree, pending: list[int], nodes: np.ndarray, base: int, cache_len: int,
+                slots: dict[int, int], dtype: torch.dtype, device: torch.device):
+    """ids [1, p + n], additive mask [1, 1, p + n, cache_len + p + n], positions [1, p + n] for a drafter
+    forward over `pending` committed tokens then `nodes` (index order). The cache holds `base` committed
+    slots, then this round's node slots (`slots`: node -> slot); a node sees the committed prefix, the
+    pending tokens and its ancestors (from their slots, or from this batch)."""
+    p, n = len(pending), len(nodes)
+    visible = np.zeros((p + n, cache_len + p + n), dtype=bool)
+    visible[:, :base] = True
+    visible[:p, cache_len:cache_len + p] = np.tril(np.ones((p, p), dtype=bool))
+    visible[p:, cache_len:cache_len + p] = True
+    row = {int(v): p + i for i, v in enumerate(nodes)}
+    for i, v in enumerate(nodes):
+        for a in path_to(tree, int(v)):
+            visible[p + i, slots[a] if a in slots else cache_len + row[a]] = True
+    root_pos = base + p
+    positions = np.concatenate([np.arange(base, base + p), root_pos + tree.depth[nodes]])
+    ids = torch.tensor([pending + tree.token[nodes].tolist()], device=device)  # [1, p + n]
+    return ids, additive_mask(visible, dtype, device), torch.from_numpy(positions)[None].to(device)

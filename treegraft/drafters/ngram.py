@@ -13,7 +13,12 @@ only says "backing off to shorter n"). A node with no match gets no children.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+
+from ..profile import profiled
+from ..trace import StepTrace
+from ..tree import SMALL, DraftTree, add_child, path_tokens, recompute_scores, small_pool, top_w
 
 BACKOFF = 0.25
 
@@ -25,6 +30,7 @@ class NgramIndex:
         # tables[n][gram] -> {next_token: [count, last_position]}
         self.tables: list[dict] = [defaultdict(dict) for _ in range(n_max + 1)]
 
+    @profiled("ngram")
     def extend(self, new_tokens: list[int]) -> None:
         toks = self.tokens
         for t in new_tokens:
@@ -39,6 +45,7 @@ class NgramIndex:
                     entry[1] = i
             toks.append(t)
 
+    @profiled("ngram")
     def propose(self, tail: list[int], k: int) -> list[tuple[int, float]]:
         """Up to k (token, p) for what follows `context + tail`, best first."""
         seq = self.tokens[-self.n_max:] + tail if len(tail) < self.n_max else tail
@@ -59,3 +66,27 @@ class NgramIndex:
                         return out
             scale *= BACKOFF
         return out
+
+
+class SmallDrafter:
+    """A small step (SPEC 2.1, 2.4): pool = N_k, frontier = its top-W by s(v), each frontier node gets the
+    n-gram index's top-K followers of context + its path, grafted non-destructively."""
+
+    action = SMALL
+
+    @profiled("tree")
+    def step(self, s, tree: DraftTree, k: int) -> StepTrace:
+        d = s.drafting
+        pool = small_pool(tree)
+        frontier = top_w(tree, pool, d.width)
+        added, confirmed = [], []
+        for f in frontier.tolist():
+            for tok, p in s.ngram.propose(path_tokens(tree, f, d.ngram_max), d.top_k):
+                v, new = add_child(tree, f, tok, math.log(p), SMALL, k)
+                (added if new else confirmed).append(v)
+        if confirmed:
+            recompute_scores(tree)
+        tree.last_added = added + confirmed
+        return StepTrace(k, "small", pool=pool.tolist(), frontier=frontier.tolist(), added=added,
+                         confirmed=confirmed, n_k=len(pool))
+

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..policies import StepState
+from ..methods import StepState
 from ..tree import MID, SMALL, mid_pool, small_pool, top_w
 
 TREE_CANDIDATES = (

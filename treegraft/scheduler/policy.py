@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..policies import Decision, Policy, StepState
+from ..methods import Decision, Policy, StepState
 from ..tree import MID, SMALL
 from .features import FeatureTracker
 

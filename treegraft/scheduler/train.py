@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from ..config import DraftingConfig, GenerationConfig
-from ..methods import MethodSpec
-from ..policies import Decision, Fixed, StepState
+from ..models import host
+from ..methods import Decision, Fixed, MethodSpec, StepState
 from .features import PAPER_SIX, TREE_CANDIDATES, FeatureTracker, context_names
 from .policy import NumpyMLP, SchedulerFile
 from .value import decision_threshold, margin_labels, select_features, step_rows, train_regressor, value_inputs
@@ -118,13 +116,7 @@ def train(records: list[dict], depth: int, select: bool = True, log=print, seed:
         f"vs {float(margin[pred > 0].sum()):.2f} at tau = 0")
     ctx = rows.ctx
     meta = {"context_features": context_names(depth), "cv_table": table, "eta_bonus": bonus, "n_params": g_np.n_params,
-            "sign_agreement": agree, "rounds": len(records), "hardware": hardware(),
+            "sign_agreement": agree, "rounds": len(records), "hardware": host(),
             "timings": {"t_target_ms": float(np.median(ctx[:, 1])), "t_mid_ms": float(np.median(ctx[:, 2]))},
             "trained_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     return SchedulerFile(depth, names, g_np, NumpyMLP.from_torch(net, xn, yn), meta, tau)
-
-
-def hardware() -> dict:
-    return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}

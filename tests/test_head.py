@@ -1,0 +1,150 @@
+"""The draft head (treegraft/drafters/head.py) on a tiny target: scores at every node equal a sequential
+computation over the node's path, across several mid steps and rounds; caches after rounds equal a plain
+pass; save/load; the distillation loop runs and resumes."""
+import numpy as np
+import pytest
+import torch
+
+from tests.tiny import VOCAB, tiny_head, tiny_head_pair, tiny_model
+from treegraft.config import DraftingConfig, GenerationConfig
+from treegraft.drafters.head import HeadDrafter, load_head, node_levels, save_head
+from treegraft.methods import MethodSpec
+from treegraft.tree import MID, SMALL, DraftTree, add_child, mid_pool, path_to, unvisited_closure
+
+ATOL = 1e-4
+PROMPT = [3, 5, 7, 3, 5, 7, 3, 5, 9, 2]
+
+
+@torch.no_grad()
+def sequential_logq(head, target, committed: list[int], path: list[int]) -> torch.Tensor:
+    """log q after committed + path, computed one position at a time with full causal passes (no cache):
+    committed positions read the target's real features, drafted ones the head's own previous output."""
+    real = target.model(input_ids=torch.tensor([committed[:-1]])).last_hidden_state[0]  # [L - 1, H]
+    seq = committed + path
+    prev = [torch.zeros(real.shape[-1])] + list(real)  # prev[i] = input feature of position i
+    for j in range(len(committed) - 1, len(seq)):
+        f = head(torch.stack(prev[: j + 1])[None], torch.tensor([seq[: j + 1]]))[0, j]
+        prev.append(f)
+    rows = target.get_output_embeddings().weight
+    return torch.log_softmax(f @ rows.T, -1)
+
+
+def grow(tree, rng, count, drafter, step):
+    for _ in range(count):
+        parent = int(rng.integers(0, tree.n))
+        if tree.depth[parent] < 5:
+            add_child(tree, parent, int(rng.integers(0, VOCAB)), -1.0, drafter, step)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target = tiny_model(1)
+    return target, tiny_head(target)
+
+
+def test_head_matches_sequential(tiny):
+    """Three mid steps on one tree: n-gram-grown nodes under unvisited parents are evaluated in levels."""
+    target, head = tiny
+    drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB)
+    feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
+    drafter.start(feats)
+    rng = np.random.default_rng(0)
+    tree = DraftTree.new(PROMPT[-1], capacity=200)
+    grow(tree, rng, 6, SMALL, 1)
+    for step in range(3):
+        pool = mid_pool(tree)
+        batch = unvisited_closure(tree, pool)
+        scores = drafter.evaluate(tree, PROMPT, batch)
+        tree.mid_visited[batch] = True
+        for i, v in enumerate(batch.tolist()):
+            path = [int(tree.token[u]) for u in path_to(tree, v)][1:]
+            ref = sequential_logq(head, target, PROMPT, path)
+            assert torch.allclose(scores.logq[i], ref, atol=ATOL), (step, v, (scores.logq[i] - ref).abs().max())
+        grow(tree, rng, 8, MID if step % 2 else SMALL, step + 2)  # new nodes under visited and unvisited ones
+    assert drafter.cached == len(PROMPT) - 1
+
+
+def test_levels_follow_unvisited_parents():
+    tree = DraftTree.new(1, capacity=8)
+    a, _ = add_child(tree, 0, 2, -1.0, SMALL, 1)
+    b, _ = add_child(tree, a, 3, -1.0, SMALL, 2)
+    c, _ = add_child(tree, b, 4, -1.0, SMALL, 3)
+    assert node_levels(tree, np.array([0, a, b, c]), set()).tolist() == [0, 1, 2, 3]
+    assert node_levels(tree, np.array([b, c]), {0, a}).tolist() == [0, 1]
+
+
+@torch.no_grad()
+def assert_head_state_is_a_plain_pass(engine, committed: list[int], atol: float) -> None:
+    """The engine's draft head holds the target's real features of every committed token but the last, and a
+    cache equal to one plain head pass over its committed part (read from real features)."""
+    from transformers import DynamicCache
+
+    head, target = engine.pair.mid, engine.pair.target
+    real = target.model(input_ids=torch.tensor([committed[:-1]])).last_hidden_state[0]
+    assert torch.allclose(engine.mid.feats, real, atol=atol)
+    m = engine.mid.cached
+    assert 0 < m <= len(committed) - 1
+    cache = DynamicCache()
+    head(torch.cat([torch.zeros(1, real.shape[-1]), real[: m - 1]])[None], torch.tensor([committed[:m]]),
+         cache=cache, use_cache=True)
+    for got, want in zip(engine.mid.cache.layers, cache.layers):
+        assert got.keys.shape == want.keys.shape
+        assert torch.allclose(got.keys, want.keys, atol=atol) and torch.allclose(got.values, want.values, atol=atol)
+
+
+def test_head_cache_and_features_after_rounds_equal_plain_pass():
+    engine = _tiny_head_engine()
+    s = engine.start(PROMPT, MethodSpec("all-mid"), DraftingConfig(depth=3, width=4, top_k=3, budget=12),
+                     GenerationConfig(max_new_tokens=20))
+    for _ in range(4):
+        engine.speculative_round(s)
+    assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
+
+
+def _tiny_head_engine():
+    from treegraft.engine import Engine
+
+    return Engine(tiny_head_pair())
+
+
+@pytest.mark.parametrize("method", ["all-mid", "fixed", "csd", "all-small"])
+def test_tiny_head_greedy_exact(method):
+    engine = _tiny_head_engine()
+    gen = GenerationConfig(max_new_tokens=24)
+    drafting = DraftingConfig(depth=4, width=4, top_k=3, budget=16)
+    ar = engine.generate(PROMPT, MethodSpec("ar"), drafting, gen)
+    res = engine.generate(PROMPT, MethodSpec(method), drafting, gen)
+    assert res.new_tokens == ar.new_tokens
+
+
+def test_save_and_load_round_trip(tiny, tmp_path):
+    target, head = tiny
+    save_head(head, tmp_path, {"test": True})
+    again = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
+    x, ids = torch.randn(1, 5, target.config.hidden_size), torch.tensor([[1, 2, 3, 4, 5]])
+    assert torch.allclose(head(x, ids), again(x, ids), atol=1e-6)
+    assert again.body.embed_tokens is target.get_input_embeddings()  # shared, not copied
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match="not a draft head"):
+        load_head(tmp_path, target, torch.float32, torch.device("cpu"))
+
+
+def test_distillation_runs_and_resumes(tmp_path):
+    from treegraft.distill_head import HeadSettings, agreement, fit, target_features
+
+    target = tiny_model(1)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (12, 16), generator=gen)
+    feats = target_features(target, ids, batch=4).float()
+    rows = target.get_output_embeddings().weight.float()
+    s = HeadSettings(seq_len=16, batch=4, max_steps=3, depths=2, save_every=2, minutes=5)
+    from treegraft.drafters.head import DraftHead
+
+    meta = fit(DraftHead.from_target(target), ids, feats, rows, s, tmp_path)
+    assert meta["steps"] == 3 and (tmp_path / "head.safetensors").exists()
+    s2 = HeadSettings(seq_len=16, batch=4, max_steps=5, depths=2, save_every=2, minutes=5)
+    meta = fit(DraftHead.from_target(target), ids, feats, rows, s2, tmp_path, resume=True)
+    assert meta["steps"] == 5  # continued from step 3, not restarted
+    head = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
+    result = agreement(head, target, None, rows, torch.arange(VOCAB), [[1, 2, 3, 4]], max_new_tokens=6, depths=3)
+    assert set(result) == {"1", "2", "3"} and all(0 <= r["top1"] <= r["top4"] <= 1 for r in result.values())

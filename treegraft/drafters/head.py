@@ -1,0 +1,230 @@
+"""The draft head: a mid drafter of the EAGLE family that reads the target's own features.
+
+Feature of a position: the target's final (normed) hidden state there; its product
+with the target's output rows is the target's next-token logits. For a node v whose
+parent is u:
+
+    x(v)  = fc([feature(u); E(token(v))])          [H]   (E: the target's frozen embeddings)
+    f(v)  = norm(decoder_layer(x(v) | ancestors))   [H]   (one layer of the target's architecture)
+    log q(. | path to v) = log_softmax(f(v) @ W_S^T)  [S]  (W_S: the target's frozen output rows
+                                                           of the draft vocabulary)
+
+The decoder layer is a stock Hugging Face model of the target's class cut to one
+layer, so tree attention is the same 4-D mask + position ids + DynamicCache as the
+target's. Where features come from:
+
+- committed tokens: the target's real features, from forwards the engine already
+  runs (the prefill, and the accepted rows of each verification); no extra target
+  forward. The head's cache holds one slot per committed token but the last,
+  computed from real features (position 0 gets a zero feature).
+- the root (the last committed token): its target feature is not known before the
+  verification that computes it, so the head computes f(root) from the last real
+  feature, as for any node.
+- draft nodes: the head's own outputs at their parents (EAGLE's feature
+  autoregression), whichever drafter grew the node.
+
+n-gram-grown nodes in a mid step's pool (SPEC 2.1: the mid scores every node it
+has not evaluated) have parents with no head feature yet. A node's feature depends
+only on its ancestors, so the batch (pool + unvisited ancestors) is evaluated in
+*levels*: level 0 = nodes whose parent the head has evaluated (or the root), level
+l = nodes whose parent is at level l-1; one batched forward per level, each level
+attending to the cache slots the earlier ones wrote. A pool grown by small steps
+costs one forward per unvisited depth (measured: see the README's model card);
+the alternative, a learned stand-in feature for unvisited parents, would need
+its own training and gives up the exactness of `test_head_matches_sequential`
+(every node's score equals a sequential computation over its path), so it was
+not taken.
+
+At the end of a round the node slots are dropped and the newly committed tokens
+are fed at the next call with the target's real features (as EAGLE does), so the
+head's committed cache always holds what training saw.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, DynamicCache
+
+from ..kv import keep_slots
+from ..profile import profiled
+from ..tree import DraftTree
+from .neural import MidScores, draft_head_rows, tree_layout
+
+HEAD_WEIGHTS = "head.safetensors"
+HEAD_CONFIG = "config.json"
+
+
+class DraftHead(nn.Module):
+    """fc([feature; embedding]) -> one stock decoder layer -> the target's final norm type."""
+
+    def __init__(self, config, embeddings: nn.Embedding):
+        super().__init__()
+        cfg = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": 1, "vocab_size": 1,
+                                            "pad_token_id": None, "bos_token_id": None, "eos_token_id": None})
+        h = cfg.hidden_size
+        self.config = cfg
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        self.body = AutoModel.from_config(cfg, dtype=torch.float32)  # a 1-layer model of the target's class
+        self.body.embed_tokens = embeddings  # the target's own, frozen, not saved
+
+    def forward(self, feats: torch.Tensor, ids: torch.Tensor, **kw) -> torch.Tensor:
+        """feats [b, n, H] (the parents' features), ids [b, n] -> predicted features [b, n, H]."""
+        x = self.fc(torch.cat([feats, self.body.embed_tokens(ids).to(feats.dtype)], dim=-1))  # [b, n, H]
+        return self.body(inputs_embeds=x, **kw).last_hidden_state
+
+    def own_state(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("body.embed_tokens")}
+
+    @classmethod
+    def from_target(cls, target) -> "DraftHead":
+        """A fresh head for a target: its layer and norm initialised from the target's last ones."""
+        head = cls(target.config, target.get_input_embeddings())
+        last = target.model.layers[-1].state_dict()
+        head.body.layers[0].load_state_dict({k: v.float() for k, v in last.items()})
+        head.body.norm.load_state_dict({k: v.float() for k, v in target.model.norm.state_dict().items()})
+        with torch.no_grad():  # start as "feature + embedding" so the first steps already see both
+            eye = torch.eye(head.config.hidden_size)
+            head.fc.weight.copy_(torch.cat([eye, eye], dim=1) * 0.5)
+        return head
+
+
+def save_head(head: DraftHead, out: Path, meta: dict) -> None:
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = head.config.to_dict()
+    cfg["treegraft_head"] = {"kind": "eagle", "layers": 1}
+    (out / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2))
+    state = {k: v.detach().float().contiguous() for k, v in head.own_state().items()}
+    save_file(state, str(out / HEAD_WEIGHTS), metadata={"format": "pt"})
+    (out / "distill.json").write_text(json.dumps(meta, indent=2))
+
+
+def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) -> DraftHead:
+    """A saved head on a loaded target (its embeddings shared); raises ValueError on a mismatch."""
+    from safetensors.torch import load_file
+
+    cfg = json.loads((folder / HEAD_CONFIG).read_text())
+    if "treegraft_head" not in cfg:
+        raise ValueError(f"{folder / HEAD_CONFIG} is not a draft head (no 'treegraft_head' entry)")
+    if cfg.get("hidden_size") != target.config.hidden_size:
+        raise ValueError(f"the head in {folder} has hidden size {cfg.get('hidden_size')}, "
+                         f"the target {target.config.hidden_size}")
+    drop = ("treegraft_head", "bos_token_id", "eos_token_id", "pad_token_id")  # no vocabulary of its own
+    config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in drop})
+    head = DraftHead(config, target.get_input_embeddings())
+    result = head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=False)
+    missing = [k for k in result.missing_keys if not k.startswith("body.embed_tokens")]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"{folder / HEAD_WEIGHTS}: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
+    head.body.embed_tokens = target.get_input_embeddings()
+    return head.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def node_levels(tree: DraftTree, nodes: np.ndarray, evaluated: set[int]) -> np.ndarray:
+    """[n] level of each node (index order): 0 if its parent's feature is known (or it is the root),
+    else one more than its parent's (the parent is then in `nodes`, at an earlier index)."""
+    level = {}
+    out = np.zeros(len(nodes), dtype=np.int64)
+    for i, v in enumerate(nodes.tolist()):
+        p = int(tree.parent[v])
+        level[v] = 0 if p < 0 or p in evaluated else level[p] + 1
+        out[i] = level[v]
+    return out
+
+
+class HeadDrafter:
+    """The mid-drafter interface (start, begin_round, evaluate, end_round, snapshot/rollback) for a head.
+
+    State: `feats` [L - 1, H], the target's features of every committed token but the
+    last; the cache holds `cached` committed slots and, during a round, node slots.
+    """
+
+    needs_target_features = True
+
+    def __init__(self, head: DraftHead, output_weight: torch.Tensor, vocab_size: int,
+                 draft_vocab: torch.Tensor | None = None):
+        self.head = head
+        self.device = output_weight.device
+        self.dtype = next(head.parameters()).dtype
+        self.head_rows, self.vocab, self.col_of = draft_head_rows(output_weight, vocab_size, draft_vocab)
+        self.start(torch.zeros(0, head.config.hidden_size, dtype=self.dtype, device=self.device))
+
+    def start(self, target_features: torch.Tensor | None) -> None:
+        """A new generation: the prefill's features [L - 1, H] of every committed token but the last."""
+        self.cache, self.cached = DynamicCache(), 0
+        self.feats = target_features.to(self.dtype)
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        self.slots: dict[int, int] = {}  # node -> cache slot, this round
+        self.node_feat: dict[int, torch.Tensor] = {}  # node -> the head's feature f(v) [H], this round
+
+    @torch.no_grad()
+    def evaluate(self, tree: DraftTree, committed: list[int], nodes: np.ndarray) -> MidScores:
+        """log q(. | path to u) over the draft vocabulary for every u in `nodes` (index order, closed
+        under unvisited ancestors): one forward per level (module docstring)."""
+        levels = node_levels(tree, nodes, set(self.node_feat))
+        out = torch.empty(len(nodes), self.head.config.hidden_size, dtype=self.dtype, device=self.device)
+        for lvl in range(int(levels.max()) + 1 if len(nodes) else 0):
+            at = np.flatnonzero(levels == lvl)
+            out[torch.from_numpy(at)] = self._forward_level(tree, committed, nodes[at], first=lvl == 0)
+        return MidScores(self._scores(out), self.vocab, self.col_of)
+
+    @profiled("mid_forward")
+    def _scores(self, feats: torch.Tensor) -> torch.Tensor:
+        """[n, H] features -> [n, S] log q over the draft vocabulary (the target's frozen rows)."""
+        return torch.log_softmax((feats @ self.head_rows.T).float(), dim=-1)
+
+    def _forward_level(self, tree: DraftTree, committed: list[int], nodes: np.ndarray, first: bool) -> torch.Tensor:
+        """Features [len(nodes), H] of one level's nodes; the first level also feeds pending committed tokens."""
+        pending = committed[self.cached: len(committed) - 1] if first else []
+        p = len(pending)
+        feats, ids, mask, positions = self._layout(tree, committed, pending, nodes)
+        f = self._forward(feats, ids, mask, positions)  # [p + n, H]
+        base = self.cache.get_seq_length() - len(nodes)
+        for i, v in enumerate(nodes.tolist()):
+            self.slots[v] = base + i
+            self.node_feat[v] = f[p + i]
+        self.cached += p
+        return f[p:]
+
+    @profiled("mask")
+    def _layout(self, tree: DraftTree, committed: list[int], pending: list[int], nodes: np.ndarray):
+        """(parent features [1, p + n, H], ids, mask, positions): pending tokens read the target's real
+        features, the root the last real one, other nodes their parent's head feature."""
+        zero = torch.zeros(1, self.feats.shape[-1], dtype=self.dtype, device=self.device)
+        prev = torch.cat([zero, self.feats])  # prev[i] = feature of committed position i - 1
+        parent_feats = [prev[self.cached: self.cached + len(pending)]]
+        for v in nodes.tolist():
+            u = int(tree.parent[v])
+            parent_feats.append(prev[len(committed) - 1][None] if u < 0 else self.node_feat[u][None])
+        ids, mask, positions = tree_layout(tree, pending, nodes, self.cached, self.cache.get_seq_length(),
+                                           self.slots, self.dtype, self.device)
+        return torch.cat(parent_feats)[None], ids, mask, positions
+
+    @profiled("mid_forward")
+    def _forward(self, feats, ids, mask, positions) -> torch.Tensor:
+        return self.head(feats, ids, attention_mask=mask, position_ids=positions, cache=self.cache,
+                         use_cache=True)[0]
+
+    @profiled("kv")
+    def end_round(self, accepted_path: list[int], target_features: torch.Tensor | None) -> None:
+        """Drop the node slots; keep the target's features of the accepted rows (root first) [A + 1, H]."""
+        if self.slots:
+            keep_slots(self.cache, torch.arange(self.cached, device=self.device))
+        self.feats = torch.cat([self.feats, target_features.to(self.dtype)])
+        self.begin_round()
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.cached, len(self.feats)
+
+    def rollback(self, state: tuple[int, int]) -> None:
+        cached, n_feats = state
+        keep_slots(self.cache, torch.arange(cached, device=self.device))
+        self.cached, self.feats = cached, self.feats[:n_feats]
+        self.begin_round()
