@@ -6,7 +6,7 @@ from treegraft.cli import main
 ROW_FIELDS = {"prompt_id", "category", "method", "new_tokens", "wall_s", "rounds", "mean_accepted",
               "tokens_per_round", "tokens_per_s", "draft_s", "verify_s", "mid_calls", "sched_s", "speedup",
               "exact", "mid_pool", "mid_nk", "reselect_rate"}
-SUMMARY_FIELDS = {"speedup", "mid_ms_per_call", "mean_accepted", "tokens_per_round", "tokens_per_s", "draft_share", "verify_share",
+SUMMARY_FIELDS = {"speedup", "speedup_ci95", "mid_ms_per_call", "mean_accepted", "tokens_per_round", "tokens_per_s", "draft_share", "verify_share",
                   "mid_calls_per_round", "mid_call_rate_per_step", "sched_ms_per_step", "mid_pool",
                   "pool_over_nk", "reselect_rate", "exact_rate"}
 
@@ -26,6 +26,9 @@ def test_bench_tiny_run_writes_everything(tmp_path, capsys):
     for method, cats in data["summary"]["overall"].items():
         assert SUMMARY_FIELDS <= set(cats["all"])
     assert data["summary"]["overall"]["ar"]["all"]["speedup"] == 1.0
+    for method, cats in data["summary"]["overall"].items():  # a 95% bootstrap interval around each mean speedup
+        lo, hi = cats["all"]["speedup_ci95"]
+        assert lo <= cats["all"]["speedup"] <= hi
     assert (out / "results.csv").read_text().count("\n") == len(data["rows"]) + 1
     report = (out / "report.md").read_text()
     assert "| csd |" in report and "Speedup over AR per category" in report

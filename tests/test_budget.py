@@ -1,6 +1,5 @@
 """The cost-aware verification budget (treegraft/budget.py): pure parts, then wired into the engine."""
 import math
-import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -105,31 +104,33 @@ def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_dra
 
 
 def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_drafting):
-    """The probe verifies chains of the probe sizes, all before the generation's clock starts. Checked by
-    order of events (each verification's start vs the clock's start), not by how long anything takes."""
+    """The probe verifies chains of the probe sizes, all before the generation starts (its clock starts just
+    before `Engine.start`). Checked by the order of events, not by how long anything takes."""
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=6)
-    calls, verify = [], engine.target.verify
+    events, verify, start = [], engine.target.verify, engine.start
 
-    def recording(tree, nodes):
-        calls.append((time.perf_counter(), len(nodes) - 1))
+    def recording_verify(tree, nodes):
+        events.append(("verify", len(nodes) - 1))
         return verify(tree, nodes)
 
-    engine.target.verify = recording
+    def recording_start(*args, **kwargs):
+        events.append(("start", None))
+        return start(*args, **kwargs)
+
+    engine.target.verify, engine.start = recording_verify, recording_start
     try:
         with cost_curve(engine, {}):
             res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
-            end = time.perf_counter()
             probes = probe_sizes(pair_drafting.budget)
             assert set(probes) <= set(engine.pruner.verify_cost.ms)  # rounds may add the sizes they verified
-            clock_start = end - res.wall_s
-            probe_calls = calls[: 2 * len(probes)]  # each size twice (warm-up, then timed)
-            assert sorted({n for _, n in probe_calls}) == probes
-            assert all(t < clock_start for t, _ in probe_calls)  # before the clock
-            assert all(t >= clock_start for t, _ in calls[len(probe_calls):])  # the rounds' own, inside it
-            again = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
-            assert len(calls) == len(probe_calls) + len(res.rounds) + len(again.rounds)  # calibrated once
+            first_start = events.index(("start", None))
+            assert sorted({n for _, n in events[:first_start]}) == probes  # every probe before the start
+            assert len(events[:first_start]) == 2 * len(probes)  # each size twice (warm-up, then timed)
+            assert len(events[first_start + 1:]) == len(res.rounds)  # then one verification per round
+            engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+            assert events[first_start + 1 + len(res.rounds)] == ("start", None)  # calibrated once: no new probe
     finally:
-        engine.target.verify = verify
+        engine.target.verify, engine.start = verify, start
     with cost_curve(engine, {}):
         one = engine.generate(ids[-1:], MethodSpec("all-small"), pair_drafting, gen)  # nothing to calibrate on
         assert not engine.pruner.verify_cost and len(one.new_tokens) == 6

@@ -65,7 +65,10 @@ def test_stop_cancels_only_the_stopping_users_run(app_url):
     a, b = client(app_url), client(app_url)
     job_a = a.submit(*submit_args(prompt="Write a long story about a dragon.", max_new=400, compare=True),
                      api_name="/generate")
-    time.sleep(8)  # a is generating (b queues behind it)
+    deadline = time.time() + 300  # bounded wait for an event (a's first streamed round), not a timing assumption
+    while not any(str(o[0]).startswith("Round ") for o in job_a.outputs()):
+        assert not job_a.done() and time.time() < deadline, "a never streamed a round"
+        time.sleep(0.2)
     job_b = b.submit(*submit_args(prompt="Say yes.", max_new=6, compare=False), api_name="/generate")
     a.predict(api_name="/request_stop")
     out_a = list(job_a)

@@ -129,6 +129,7 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
         draft, verify = sum(r["draft_s"] for r in rs), sum(r["verify_s"] for r in rs)
         out.setdefault(method, {})[cat] = {
             "speedup": mean([r["speedup"] for r in rs]),
+            "speedup_ci95": bootstrap_ci([r["speedup"] for r in rs]),
             "mean_accepted": mean([r["mean_accepted"] for r in rs]),
             "tokens_per_round": mean([r["tokens_per_round"] for r in rs]),
             "tokens_per_s": mean([r["tokens_per_s"] for r in rs]),
@@ -149,6 +150,15 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
             "n": len(rs),
         }
     return out
+
+
+def bootstrap_ci(values: list[float], n: int = 2000, seed: int = 0) -> list[float] | None:
+    """95% interval of the mean by bootstrap over the rows (prompts x repeats); None for one row."""
+    if len(values) < 2:
+        return None
+    x = np.asarray(values, dtype=float)
+    means = x[np.random.default_rng(seed).integers(0, len(x), (n, len(x)))].mean(1)
+    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
 
 
 def per_round_ms(rs: list[dict]) -> dict:
@@ -193,12 +203,14 @@ def report(summary: dict, meta: dict) -> str:
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
              f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
              f"{meta['repeats']} repeat(s), greedy, {meta['date']}", "",
-             "| method | speedup vs AR | mean A | tokens/round | tokens/s | draft share | verify share | "
+             "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
              "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, cats in summary["overall"].items():
         s = cats["all"]
-        lines.append(f"| {method} | {fmt(s['speedup'])}x | {fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
+        ci = s["speedup_ci95"]
+        lines.append(f"| {method} | {fmt(s['speedup'])}x | {f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'} | "
+                     f"{fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
                      f"{fmt(s['tokens_per_s'], '.1f')} | {fmt(s['draft_share'])} | {fmt(s['verify_share'])} | "
                      f"{fmt(s['mid_calls_per_round'])} | {fmt(s['sched_ms_per_step'], '.3f')} | "
                      f"{fmt(s['mid_pool'], '.1f')} | {fmt(s['pool_over_nk'])} | {fmt(s['reselect_rate'])} | "
@@ -241,6 +253,6 @@ def overhead_table(summary: dict) -> list[str]:
 
 
 def bench_meta(pair: str, engine, prompts, gen, repeats, command: str) -> dict:
-    return {"pair": pair, "dtype": str(engine.target.dtype).replace("torch.", ""), "prompts": len(prompts),
+    return {"pair": pair, "dtype": engine.dtype_name, "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
             "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M")}

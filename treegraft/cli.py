@@ -83,18 +83,13 @@ def _bench(args) -> int:
     from .bench import bench_meta, parse_methods, run_bench, write_outputs
     from .engine import Engine
     from .models import load_pair_models
-    from .prompts import load_prompts
+    from .prompts import load_prompts, select
 
     pair = load_pair(args.pair, args.models)
     drafting = with_overrides(pair.drafting, budget=args.budget, width=args.width, depth=args.depth,
                               adaptive_budget=on_off(args.adaptive_budget))
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=0.0)
-    prompts = load_prompts(args.prompts or args.suite)
-    if args.per_category:
-        prompts = [p for i, p in enumerate(prompts)
-                   if sum(q.category == p.category for q in prompts[:i]) < args.per_category]
-    if args.limit:
-        prompts = prompts[: args.limit]
+    prompts = select(load_prompts(args.prompts or args.suite), args.per_category, args.limit)
     methods = parse_methods(args.methods, drafting)
     engine = Engine(load_pair_models(pair, args.dtype))
     others = {m.pair: Engine(load_pair_models(load_pair(m.pair, args.models), args.dtype))

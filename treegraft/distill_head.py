@@ -243,7 +243,7 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
     """Agreement of the saved head in `folder` on a prompt suite's text (README model card); saved into
     the folder's distill.json."""
     from .drafters.head import load_head
-    from .prompts import load_prompts
+    from .prompts import load_prompts, select
 
     device = pick_device(pair.device)
     tok = load_tokenizer(pair.target)
@@ -251,11 +251,7 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
     head = load_head(folder, target, torch.float32, device)
     vocab = load_draft_vocab(pair.mid, len(tok))
     rows = target.get_output_embeddings().weight[vocab].float()
-    prompts = load_prompts(suite)
-    if per_category:
-        prompts = [p for i, p in enumerate(prompts)
-                   if sum(q.category == p.category for q in prompts[:i]) < per_category]
-    prompts = prompts[:limit] if limit else prompts
+    prompts = select(load_prompts(suite), per_category, limit)
     enc = []
     for p in prompts:
         msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(p.messages)]

@@ -18,7 +18,8 @@ from .config import DraftingConfig, GenerationConfig
 from .drafters import make_mid_drafter
 from .drafters.ngram import NgramIndex
 from .kv import Stopwatch
-from .methods import Method, MethodSpec, StepState, build_method
+from .drafters.cascade import Cascade
+from .methods import MethodSpec, StepState, Stepwise, build_method
 from .models import LoadedPair
 from .profile import Profile
 from .prompt_check import PromptError, check_length, check_special_only, check_text
@@ -37,7 +38,7 @@ class Session:
     drafting: DraftingConfig
     gen: GenerationConfig
     method: MethodSpec
-    plan: Method | None  # policy + drafters (None: plain autoregressive decoding)
+    plan: Stepwise | Cascade | None  # how a round drafts (None: plain autoregressive decoding)
     ngram: NgramIndex
     generator: torch.Generator | None
     device: torch.device
@@ -161,15 +162,13 @@ class Engine:
         """Draft and verify with another policy from the current state, then roll every cache back. Nothing
         is learned or committed. Returns (steps, A, t_D, t_V): what scheduler data collection records."""
         saved, mid_state = s.plan, self.mid.snapshot()
-        s.plan = Method(saved.spec, policy, saved.drafters)
+        s.plan = saved.with_policy(policy)
         try:
-            with self.profile.active():
-                v = self.draft_and_verify(s)
+            v = self.draft_and_verify(s)  # no active profile: a trial is not a round
         finally:
             s.plan = saved
             self.target.rollback()
             self.mid.rollback(mid_state)
-            self.profile.take(0.0)  # a trial is not a round
         return v.steps, v.acc.accepted_tokens, v.draft_s, v.verify_s
 
     def ar_step(self, s: Session) -> RoundTrace:
@@ -196,7 +195,7 @@ class Engine:
                     t_target_ms=self.timing_ms["target"], t_mid_ms=self.timing_ms["mid"])
         if plan is not None:
             s.ngram.extend(prompt_ids)
-            s.notes += [plan.policy.note] if plan.policy.note else []
+            s.notes += [plan.note] if plan.note else []
             if drafting.adaptive_budget:  # once per engine; generate() does it off the clock
                 self.pruner.calibrate(self.target, s.committed, drafting.budget)
         self.target.start(s.committed)

@@ -2,8 +2,8 @@
 
 A policy is the "when" of SPEC 2/5: before each draft step it sees the tree and the
 round's history (never a model) and picks SMALL or MID. `build_method` is the one
-factory: it turns a `MethodSpec` into a `Method` (its policy and its drafters), so
-the engine never asks a method's name.
+factory: it turns a `MethodSpec` into how a round drafts (a `Stepwise` plan of a policy
+and its drafters, or the CSD cascade), so the engine never asks a method's name.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
         if spec.name == "oracle":
             return OraclePolicy(sched, drafting.width, drafting.top_k)
         return LearnedPolicy(sched, drafting.width, drafting.top_k, b0)
-    if spec.name in ("all-small", "csd"):  # csd drafts by its own cascade rule (drafters/cascade.py)
+    if spec.name == "all-small":
         return AllSmall()
     if spec.name == "all-mid":
         return AllMid()
@@ -143,19 +143,20 @@ def decide(policy: Policy, state: StepState) -> Decision:
     return policy.decide(state)
 
 
-@dataclass
-class Method:
-    """A method ready to draft: its policy and a drafter per action (or the CSD cascade)."""
+class Stepwise:
+    """How a tree method drafts a round: D steps on one shared tree; before each the policy decides, then
+    that action's drafter steps (SMALL: n-gram, MID: the mid grafter)."""
 
-    spec: MethodSpec
-    policy: Policy
-    drafters: dict = field(default_factory=dict)  # SMALL / MID -> a drafter with .step(session, tree, k)
-    cascade: object | None = None  # drafts the whole round itself (CSD)
+    def __init__(self, policy: Policy, drafters: dict):
+        self.policy = policy
+        self.drafters = drafters  # SMALL / MID -> a drafter with .step(session, tree, k) -> StepTrace
+        self.note = policy.note
+
+    def with_policy(self, policy: Policy) -> "Stepwise":
+        """The same drafters under another policy (scheduler data collection replays schedules)."""
+        return Stepwise(policy, self.drafters)
 
     def draft(self, s, tree: DraftTree) -> list[StepTrace]:
-        """D steps on one shared tree: before each, the policy decides; then that drafter steps."""
-        if self.cascade is not None:
-            return self.cascade.draft(s, tree)
         steps, actions = [], []
         self.policy.start_round()
         watch = Stopwatch(s.device)
@@ -170,12 +171,14 @@ class Method:
         return steps
 
 
-def build_method(spec: MethodSpec, drafting: DraftingConfig, mid, scheduler: str | None = None) -> Method:
-    """The factory: a tree method's policy and drafters over the engine's mid drafter (LM or head)."""
+def build_method(spec: MethodSpec, drafting: DraftingConfig, mid, scheduler: str | None = None):
+    """The factory: how a tree method drafts, over the engine's mid drafter (LM or head). Returns an object
+    with .draft(session, tree) -> [StepTrace] and .note: a `Stepwise` plan, or the CSD `Cascade`."""
     from .drafters.cascade import Cascade
     from .drafters.graft import MidGrafter
     from .drafters.ngram import SmallDrafter
 
+    if spec.name == "csd":
+        return Cascade(mid)
     policy = make_policy(spec, drafting, scheduler, drafting.mid_budget)
-    drafters = {SMALL: SmallDrafter(), MID: MidGrafter(mid, eg=spec.eg, nd=spec.nd)}
-    return Method(spec, policy, drafters, Cascade(mid) if spec.name == "csd" else None)
+    return Stepwise(policy, {SMALL: SmallDrafter(), MID: MidGrafter(mid, eg=spec.eg, nd=spec.nd)})

@@ -41,3 +41,11 @@ def load_prompts(suite_or_path: str = "default") -> list[Prompt]:
         raise ConfigError(f"unknown suite or file '{suite_or_path}'. Suites: {', '.join(SUITES)}")
     lines = [(i, ln) for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.strip()]
     return [parse_line(ln, f"{path.name}:{i}") for i, ln in lines]
+
+
+def select(prompts: list[Prompt], per_category: int | None = None, limit: int | None = None) -> list[Prompt]:
+    """The first `per_category` prompts of each category (in file order), then the first `limit`."""
+    if per_category:
+        prompts = [p for i, p in enumerate(prompts)
+                   if sum(q.category == p.category for q in prompts[:i]) < per_category]
+    return prompts[:limit] if limit else prompts

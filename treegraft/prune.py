@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kv import timed
 from .profile import profiled
 from .tree import SMALL, DraftTree, add_child
 
@@ -171,8 +172,6 @@ class Pruner:
         cache (then rolled back). Runs before a generation's clock starts, like model loading."""
         if self.verify_cost or len(prompt_ids) < 2:
             return
-        from .kv import timed
-
         target.start(prompt_ids)
         last = prompt_ids[-1]
         for n in probe_sizes(budget):

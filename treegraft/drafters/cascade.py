@@ -20,6 +20,8 @@ from .graft import refresh_children
 
 
 class Cascade:
+    note = None
+
     def __init__(self, mid):
         self.mid = mid
 

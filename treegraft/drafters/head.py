@@ -140,8 +140,9 @@ def node_levels(tree: DraftTree, nodes: np.ndarray, evaluated: set[int]) -> np.n
 class HeadDrafter:
     """The mid-drafter interface (start, begin_round, evaluate, end_round, snapshot/rollback) for a head.
 
-    State: `feats` [L - 1, H], the target's features of every committed token but the
-    last; the cache holds `cached` committed slots and, during a round, node slots.
+    State: `prev` [1 + L - 1, H] (grown by doubling), a zero row then the target's features of every
+    committed token but the last, so `prev[i]` is the input feature of committed position i (the
+    feature of position i - 1); the cache holds `cached` committed slots and, during a round, node slots.
     """
 
     needs_target_features = True
@@ -154,11 +155,27 @@ class HeadDrafter:
         self.head_rows, self.vocab, self.col_of = draft_head_rows(output_weight, vocab_size, draft_vocab)
         self.start(torch.zeros(0, head.config.hidden_size, dtype=self.dtype, device=self.device))
 
-    def start(self, target_features: torch.Tensor | None) -> None:
+    def start(self, target_features: torch.Tensor) -> None:
         """A new generation: the prefill's features [L - 1, H] of every committed token but the last."""
-        self.cache, self.cached = DynamicCache(), 0
-        self.feats = target_features.to(self.dtype)
+        self.cache, self.cached, self.n_feats = DynamicCache(), 0, 0
+        self.prev = torch.zeros(1 + max(256, 2 * len(target_features)), self.head.config.hidden_size,
+                                dtype=self.dtype, device=self.device)
+        self._append(target_features)
         self.begin_round()
+
+    @property
+    def feats(self) -> torch.Tensor:
+        """[L - 1, H] the target's features of every committed token but the last."""
+        return self.prev[1: 1 + self.n_feats]
+
+    def _append(self, features: torch.Tensor) -> None:
+        n, m = self.n_feats, len(features)
+        if 1 + n + m > len(self.prev):
+            grown = torch.zeros(2 * (1 + n + m), self.prev.shape[1], dtype=self.dtype, device=self.device)
+            grown[: 1 + n] = self.prev[: 1 + n]
+            self.prev = grown
+        self.prev[1 + n: 1 + n + m] = features
+        self.n_feats = n + m
 
     def begin_round(self) -> None:
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
@@ -197,8 +214,7 @@ class HeadDrafter:
     def _layout(self, tree: DraftTree, committed: list[int], pending: list[int], nodes: np.ndarray):
         """(parent features [1, p + n, H], ids, mask, positions): pending tokens read the target's real
         features, the root the last real one, other nodes their parent's head feature."""
-        zero = torch.zeros(1, self.feats.shape[-1], dtype=self.dtype, device=self.device)
-        prev = torch.cat([zero, self.feats])  # prev[i] = feature of committed position i - 1
+        prev = self.prev  # prev[i] = the input feature of committed position i
         parent_feats = [prev[self.cached: self.cached + len(pending)]]
         for v in nodes.tolist():
             u = int(tree.parent[v])
@@ -217,14 +233,14 @@ class HeadDrafter:
         """Drop the node slots; keep the target's features of the accepted rows (root first) [A + 1, H]."""
         if self.slots:
             keep_slots(self.cache, torch.arange(self.cached, device=self.device))
-        self.feats = torch.cat([self.feats, target_features.to(self.dtype)])
+        self._append(target_features)
         self.begin_round()
 
     def snapshot(self) -> tuple[int, int]:
-        return self.cached, len(self.feats)
+        return self.cached, self.n_feats
 
     def rollback(self, state: tuple[int, int]) -> None:
         cached, n_feats = state
         keep_slots(self.cache, torch.arange(cached, device=self.device))
-        self.cached, self.feats = cached, self.feats[:n_feats]
+        self.cached, self.n_feats = cached, n_feats
         self.begin_round()
