@@ -1,6 +1,7 @@
 """Figure builders are pure: trace in, figure out (no server, no model)."""
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,13 +48,13 @@ def test_kept_view_counts_colours_and_accepted_path():
     rt, (a, b, c, d, e) = hand_round()
     fig = tree_figure(rt, STRINGS, show="kept")
     tr = trace_names(fig)
-    assert len(tr["small drafter (n-gram)"].x) == 1  # a
-    assert len(tr["mid drafter"].x) == 2  # b, c
-    assert len(tr["proposed by both drafters"].x) == 1  # e
+    assert points(tr["small drafter (n-gram)"]) == 1  # a
+    assert points(tr["mid drafter"]) == 2  # b, c
+    assert points(tr["proposed by both drafters"]) == 1  # e
     assert points(tr["pruned (not verified)"]) == 0  # kept view hides d (legend entry stays)
     assert list(tr["mid drafter"].marker.color) == [COLORS["mid"]] * 2
-    assert len(tr["accepted path"].x) == 3 and tr["bonus token (from the target)"].text == ("!",)
-    assert len(tr["graft site (mid frontier)"].x) == 2
+    assert points(tr["accepted path"]) == 3 and tr["bonus token (from the target)"].text == ("!",)
+    assert points(tr["graft site (mid frontier)"]) == 2
 
 
 def test_all_view_shows_pruned_nodes_hollow():
@@ -63,13 +64,24 @@ def test_all_view_shows_pruned_nodes_hollow():
     assert len(pruned.x) == 1 and pruned.marker.symbol == "circle-open" and pruned.marker.opacity < 1
 
 
-def test_step_replay_shows_the_tree_as_it_grew():
-    rt, _ = hand_round()
-    fig = tree_figure(rt, STRINGS, show="kept", upto_step=2)
-    tr = trace_names(fig)
-    assert sum(len(t.x) for n, t in tr.items() if n in ("root (last committed token)", "small drafter (n-gram)")) == 3
+def frame(fig, name):
+    """A frame's traces by name (frames are plain dicts in the figure's meta)."""
+    f = next(f for f in fig.layout.meta["tg"]["frames"] if f["name"] == name)
+    return {t["name"]: SimpleNamespace(**t) for t in f["data"]}, f["layout"]["title"]["text"]
+
+
+def test_step_frames_show_the_tree_as_it_grew():
+    rt, (a, b, c, d, e) = hand_round()
+    fig = tree_figure(rt, STRINGS, show="all")
+    tr, title = frame(fig, "2 small adds")
+    assert sum(points(t) for n, t in tr.items() if n in ("root (last committed token)", "small drafter (n-gram)")) == 3
     assert points(tr["accepted path"]) == 0 and points(tr["mid drafter"]) == 0
-    assert "frontier of step 2" in tr and "after step 2" in fig.layout.title.text
+    assert points(tr["pruned (not verified)"]) == 0  # not pruned yet while drafting
+    assert points(tr["frontier of the step"]) == 1 and points(tr["added by the step"]) == 1
+    assert "small step 2: the n-gram drafter added 1 node" in title
+    tr, title = frame(fig, "3 frontier")
+    assert points(tr["graft site (mid frontier)"]) == 2 and points(tr["pool of the step"]) == 3
+    assert "mid step 3: re-scored 3 unvisited nodes, picked 2 graft sites" in title
 
 
 def test_overwritten_nodes_are_marked():
@@ -83,14 +95,19 @@ def test_overwritten_nodes_are_marked():
              StepTrace(2, "small", pool=[a], frontier=[a], added=[c], n_k=1),
              StepTrace(3, "mid", pool=[a, c], frontier=[a], added=[3], removed=removed, n_k=1, reselect_rate=0.0)]
     rt = RoundTrace(index=0, prefix_len=5, tree=TreeSnapshot.of(t), bonus_token=9, steps=steps)
-    assert points(trace_names(tree_figure(rt, STRINGS, show="all"))["overwritten (w/o ND)"]) == 1
-    assert points(trace_names(tree_figure(rt, STRINGS, show="all", upto_step=2))["overwritten (w/o ND)"]) == 0
+    fig = tree_figure(rt, STRINGS, show="all")
+    assert points(trace_names(fig)["overwritten (w/o ND)"]) == 1
+    assert points(frame(fig, "2 small adds")[0]["overwritten (w/o ND)"]) == 0
+    tr, title = frame(fig, "3 mid adds")
+    assert points(tr["overwritten (w/o ND)"]) == 1 and "overwrote 1 node (w/o ND)" in title
 
 
 def test_legend_explains_every_encoding():
     rt, _ = hand_round()
-    for fig in (tree_figure(rt, STRINGS, show="kept"), tree_figure(rt, STRINGS, show="all", upto_step=1)):
-        names = {tr.name for tr in fig.data if tr.showlegend is not False}
+    fig = tree_figure(rt, STRINGS, show="all")
+    for names in ({tr.name for tr in tree_figure(rt, STRINGS, show="kept").data if tr.showlegend is not False},
+                  {tr.name for tr in fig.data if tr.showlegend is not False},
+                  set(frame(fig, "1 pool")[0])):
         assert {"root (last committed token)", "small drafter (n-gram)", "mid drafter", "proposed by both drafters",
                 "pruned (not verified)", "overwritten (w/o ND)", "graft site (mid frontier)", "accepted path",
                 "bonus token (from the target)"} <= names

@@ -7,13 +7,14 @@ import plotly.graph_objects as go
 
 from treegraft.trace import RoundTrace
 
+from .style import NORMAL, Style
 from .tree_figure import COLORS
 
 OUTPUT_COLORS = {"draft: small": COLORS["small"], "draft: mid": COLORS["mid"], "draft: both": COLORS["both"],
                  "bonus (target)": COLORS["accepted"]}
 
 
-def margin_figure(rounds: list[RoundTrace]) -> go.Figure:
+def margin_figure(rounds: list[RoundTrace], style: Style = NORMAL) -> go.Figure:
     """g_psi's margin before every draft step across rounds; the mid is called where it is above 0."""
     xs, ys, acts, hover = [], [], [], []
     i = 0
@@ -37,11 +38,15 @@ def margin_figure(rounds: list[RoundTrace]) -> go.Figure:
                                      hoverinfo="text"))
         fig.add_hline(y=0, line={"dash": "dash", "color": "#333"}, annotation_text="threshold (call mid above)")
         rate = acts.count("mid") / len(acts)
-        title = f"Scheduler margin per draft step (mid-call rate {rate:.0%})"
+        title = f"Scheduler margin per draft step<br>(mid-call rate {rate:.0%})"
     else:
-        title = "Scheduler margin: this method has no learned scheduler (see method)"
-    fig.update_layout(title=title, template="plotly_white", height=260, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      xaxis_title="draft step (all rounds)", legend={"orientation": "h"})
+        title = "Scheduler margin: this method<br>has no learned scheduler"
+    # the legend sits above the plot, right of the title, so the axis title below never meets it
+    fig.update_layout(title={"text": title, "font": {"size": style.title}, "x": 0.01}, template="plotly_white",
+                      height=style.chart_height, margin={"l": 40, "r": 10, "t": 50 + 2 * style.title, "b": 45},
+                      font={"size": style.font}, xaxis_title="draft step (all rounds)",
+                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom",
+                              "font": {"size": style.legend}})
     return fig
 
 
@@ -69,7 +74,7 @@ def match_with_ar(runs: dict[str, dict], label: str) -> str:
     return f"first {same} of {len(a)}"
 
 
-def speedup_figure(runs: dict[str, dict]) -> go.Figure:
+def speedup_figure(runs: dict[str, dict], style: Style = NORMAL) -> go.Figure:
     """Bars of speedup over AR (time per new token) for every finished run."""
     labels = [k for k in runs if k != "ar" and speedup_over_ar(runs, k) is not None]
     fig = go.Figure()
@@ -78,8 +83,11 @@ def speedup_figure(runs: dict[str, dict]) -> go.Figure:
         fig.add_trace(go.Bar(x=labels, y=vals, text=[f"{v:.2f}x" for v in vals], textposition="outside",
                              marker={"color": [COLORS["mid"] if "treegraft" in k else "#888" for k in labels]}))
         fig.add_hline(y=1.0, line={"dash": "dot"}, annotation_text="AR")
-    fig.update_layout(title="Speedup over AR (time per token)", template="plotly_white",
-                      height=260, margin={"l": 10, "r": 10, "t": 40, "b": 10}, yaxis_title="x")
+    top = max([speedup_over_ar(runs, k) for k in labels] or [1.0])
+    fig.update_layout(title={"text": "Speedup over AR<br>(time per token)", "font": {"size": style.title}, "x": 0.01},
+                      template="plotly_white", height=style.chart_height, font={"size": style.font},
+                      margin={"l": 40, "r": 10, "t": 50 + 2 * style.title, "b": 40}, yaxis_title="x",
+                      yaxis={"range": [0, 1.25 * top]})
     return fig
 
 

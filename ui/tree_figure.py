@@ -1,43 +1,45 @@
-"""RoundTrace -> Plotly figure of the shared draft tree (pure: trace in, figure out).
+"""RoundTrace -> Plotly figure of the shared draft tree, with the round's animation frames (pure).
 
-Layout: root on the left, depth to the right; leaves in depth-first order
-(networkx) spread vertically, every parent centred on its children.
+Layout and labels: ui/tree_layout.py (layered, no overlapping labels). Frames: ui/animation.py; every
+frame redraws the same traces (TRACES, in this order), so Plotly can step between them; the figure's
+own data is the last frame (the verified round).
 
 Encodings (each one a legend entry):
   fill colour   which drafter created the node: small (n-gram), mid, or both (proposed by each)
-  diamond       graft site: a node a mid step chose as frontier
   hollow        pruned: drafted but not sent to verification (beyond B_ver)
   cross         overwritten: deleted by the w/o-ND ablation
+  red diamond   graft site: a node a mid step chose as frontier
+  orange ring   the pool of the step being shown; green square: its frontier; thick outline: its new nodes
   gold ring     accepted path; the gold star after it is the bonus token
+  black ring    the path to the node last clicked
 """
 from __future__ import annotations
 
-import networkx as nx
+import math
+
 import plotly.graph_objects as go
 
 from treegraft.trace import RoundTrace
 
-COLORS = {"root": "#444444", "small": "#1f77b4", "mid": "#d62728", "both": "#9467bd", "accepted": "#f2b705"}
+from .animation import Frame, round_frames
+from .style import NORMAL, Style, wrap
+from .tree_layout import BONUS, MARGIN, Placement, layout
+
+COLORS = {"root": "#444444", "small": "#1f77b4", "mid": "#d62728", "both": "#9467bd", "accepted": "#f2b705",
+          "pool": "#ff7f0e", "frontier": "#2ca02c", "selected": "#111111"}
 SMALL_BIT, MID_BIT = 1, 2
-
-
-def layout(parents: list[int], nodes: list[int]) -> dict[int, tuple[float, float]]:
-    """(x = depth, y) for the given nodes (a subset closed under parents), tidy: parents centred."""
-    g = nx.DiGraph()
-    g.add_nodes_from(nodes)
-    g.add_edges_from((parents[v], v) for v in nodes if parents[v] >= 0 and parents[v] in g)
-    y: dict[int, float] = {}
-    next_leaf = 0.0
-    for v in reversed(list(nx.dfs_postorder_nodes(g, 0))):  # preorder: leaves top to bottom
-        if g.out_degree(v) == 0:
-            y[v] = next_leaf
-            next_leaf += 1
-    for v in nx.dfs_postorder_nodes(g, 0):
-        kids = list(g.successors(v))
-        if kids:
-            y[v] = sum(y[c] for c in kids) / len(kids)
-    depth = nx.single_source_shortest_path_length(g, 0)
-    return {v: (float(depth[v]), -y[v]) for v in g.nodes if v in y}
+NAMES = {"root": "root (last committed token)", "small": "small drafter (n-gram)", "mid": "mid drafter",
+         "both": "proposed by both drafters", "pruned": "pruned (not verified)", "overwritten": "overwritten (w/o ND)"}
+NODE_KEYS = ("root", "small", "mid", "both", "pruned", "overwritten")
+OVERLAYS = {"graft": ("graft site (mid frontier)", "diamond-open", "#d62728", 20, 2),
+            "pool": ("pool of the step", "circle-open", COLORS["pool"], 18, 2),
+            "frontier": ("frontier of the step", "square-open", COLORS["frontier"], 22, 2),
+            "new": ("added by the step", "circle-open", "#000000", 16, 1),
+            "accepted": ("accepted path", "circle-open", COLORS["accepted"], 22, 4),
+            "selected": ("clicked path", "circle-open", COLORS["selected"], 26, 2)}
+TRACES = ("edge", "accepted edge") + NODE_KEYS + ("graft", "pool", "frontier", "new", "accepted", "bonus", "selected")
+LABEL_FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
+FRAME_MS = 1100
 
 
 def category(tree, v: int) -> str:
@@ -53,142 +55,185 @@ def removed_by(rt: RoundTrace, upto_step: int | None) -> set[int]:
     return {v for s in rt.steps if upto_step is None or s.k <= upto_step for v in s.removed}
 
 
-def visible_nodes(rt: RoundTrace, show: str, upto_step: int | None) -> list[int]:
-    """show "kept": the verified tree (or, while replaying a step, the live tree); "all": every drafted node."""
+def visible_nodes(rt: RoundTrace, show: str) -> list[int]:
+    """show "all": every drafted node (pruned and overwritten flagged); "kept": the verified tree."""
     t = rt.tree
-    gone = removed_by(rt, upto_step)
-    out = []
-    for v in range(t.size):
-        if upto_step is not None and t.step[v] > upto_step:
-            continue
-        if show == "kept" and (v in gone or (upto_step is None and not t.kept[v])):
-            continue
-        out.append(v)
+    if show == "all":
+        return list(range(t.size))
+    gone = removed_by(rt, None)
+    return [v for v in range(t.size) if t.kept[v] and v not in gone]
+
+
+def latest_drafting_round(rounds: list[RoundTrace]) -> int:
+    """1-based number of the latest round that drafted anything (the last round when none did)."""
+    return next((r.index + 1 for r in reversed(rounds) if r.tree.size > 1), len(rounds))
+
+
+def graft_sites_by(rt: RoundTrace) -> dict[int, int]:
+    """node -> the first mid step that chose it as frontier."""
+    out: dict[int, int] = {}
+    for s in rt.steps:
+        if s.action == "mid":
+            for v in s.frontier:
+                out.setdefault(v, s.k)
     return out
 
 
-def label(token_strings: dict[int, str], tok: int) -> str:
-    s = token_strings.get(tok, str(tok))
-    return s.replace("\n", "\\n").replace(" ", "\u00b7") or "\u2205"
-
-
-NAMES = {"root": "root (last committed token)", "small": "small drafter (n-gram)", "mid": "mid drafter",
-         "both": "proposed by both drafters", "pruned": "pruned (not verified)", "overwritten": "overwritten (w/o ND)"}
-SYMBOLS = {"pruned": "circle-open", "overwritten": "x-thin-open"}
-
-
-def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "kept",
-                upto_step: int | None = None, title: str | None = None) -> go.Figure:
-    """The round's tree. show: "kept" (verified nodes) or "all" (everything drafted, pruned faded);
-    upto_step: draw the tree as it stood after draft step k (replay), before pruning and verification."""
+def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "all", style: Style = NORMAL,
+                title: str | None = None, animate: bool = True, legend: bool = True) -> go.Figure:
+    """The round's tree; with animate (and show "all"), its frames, Play/Pause buttons and a frame slider."""
     t = rt.tree
-    nodes = visible_nodes(rt, show, upto_step)
-    pos = layout(t.parent, nodes)
-    final = upto_step is None
-    fig = go.Figure()
-    _edges(fig, t, nodes, pos, set(rt.accepted_path) if final else set())
-    _node_traces(fig, t, node_groups(rt, nodes, upto_step), pos, token_strings)
-    _overlay(fig, [v for v in nodes if t.graft_site[v] and (final or t.step[v] <= upto_step)], pos,
-             "graft site (mid frontier)", "diamond-open", "#d62728", 20)
-    frontier = set(rt.steps[upto_step - 1].frontier) if upto_step else set()
-    if frontier:
-        _overlay(fig, [v for v in frontier if v in pos], pos, f"frontier of step {upto_step}", "square-open",
-                 "#2ca02c", 22)
-    _accepted(fig, rt, pos, token_strings, final)
-    fig.update_layout(title=title or _title(rt, upto_step), showlegend=True, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.08}, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      xaxis={"visible": False}, yaxis={"visible": False}, height=560)
+    nodes = visible_nodes(rt, show)
+    kept = {v for v in nodes if t.kept[v]}
+    pl = layout(t, nodes, kept, token_strings, style.tree_height, style.tree_max, style.font,
+                accepted=[v for v in rt.accepted_path if v in kept], bonus_token=rt.bonus_token)
+    frames = round_frames(rt) if animate and show == "all" else [round_frames(rt)[-1]]
+    head = title or summary_title(rt)
+    fig = go.Figure(data=frame_traces(rt, pl, frames[-1], nodes, token_strings, style))
+    fig.update_layout(**base_layout(pl, style, frame_title(head, frames[-1], len(frames) - 1, len(frames), style)),
+                      showlegend=legend)
+    tg = {"kind": "tree", "parents": t.parent, "pos": {str(v): p for v, p in pl.pos.items()},
+          "selected": TRACES.index("selected"), "round": rt.index + 1, "frames": []}
+    if len(frames) > 1:
+        tg["frames"] = [{"name": f.name, "data": frame_traces(rt, pl, f, nodes, token_strings, style),
+                         "layout": {"title": {"text": frame_title(head, f, i, len(frames), style)}}}
+                        for i, f in enumerate(frames)]
+        fig.update_layout(updatemenus=[play_buttons(style)], sliders=[frame_slider(frames, style)])
+    tg["key"] = f"{rt.index}:{t.size}:{len(tg['frames'])}:{style.name}:{len(nodes)}"
+    fig.layout.meta = {"tg": tg}
     return fig
 
 
-def node_groups(rt: RoundTrace, nodes: list[int], upto_step: int | None) -> dict[str, list[int]]:
-    """Nodes by legend entry: overwritten, pruned (final tree only), else the drafter category."""
-    t, gone, groups = rt.tree, removed_by(rt, upto_step), {}
-    for v in nodes:
-        key = "overwritten" if v in gone else "pruned" if upto_step is None and not t.kept[v] else category(t, v)
-        groups.setdefault(key, []).append(v)
-    return groups
+def frames_of(fig: go.Figure) -> list[dict]:
+    """The animation frames kept in the figure's meta (plain dicts: Plotly validates them in the browser).
+    The app's Plot component drops a figure's own frames, so a small script re-adds these (ui/assets)."""
+    meta = fig.layout.meta or {}
+    return list(meta.get("tg", {}).get("frames", [])) if isinstance(meta, dict) else []
 
 
-def _node_traces(fig: go.Figure, t, groups: dict[str, list[int]], pos, token_strings) -> None:
-    for key in ("root", "small", "mid", "both", "pruned", "overwritten"):
-        vs = groups.get(key, [])
-        symbol = SYMBOLS.get(key, "circle")
-        if not vs:  # the legend always explains every encoding
-            _legend_only(fig, NAMES[key], symbol, COLORS.get(key, "#999"))
-            continue
-        faded = key in ("pruned", "overwritten")
-        color = [COLORS[category(t, v)] for v in vs]
-        fig.add_trace(go.Scatter(
-            x=[pos[v][0] for v in vs], y=[pos[v][1] for v in vs], mode="markers+text", name=NAMES[key],
-            text=[label(token_strings, t.token[v]) for v in vs], textposition="middle right",
-            textfont={"size": 11, "color": "#999" if faded else "#222"},
-            marker={"size": 12, "color": color, "symbol": symbol, "opacity": 0.45 if faded else 1.0,
-                    "line": {"width": 1, "color": color}},
-            hovertext=[_hover(t, v, token_strings) for v in vs], hoverinfo="text", customdata=vs, legendgroup=key))
+def write_html(fig: go.Figure, path: str) -> None:
+    """A standalone HTML file whose Play button and frame slider work without the app."""
+    import plotly.io as pio
+
+    d = fig.to_plotly_json()
+    d["frames"] = frames_of(fig)
+    pio.write_html(d, path, include_plotlyjs=True, validate=False, auto_play=False)
 
 
-def _accepted(fig: go.Figure, rt: RoundTrace, pos, token_strings, final: bool) -> None:
-    """The accepted path and the bonus token (legend entries only while replaying a draft step)."""
-    if not final:
-        _legend_only(fig, "accepted path", "circle-open", COLORS["accepted"])
-        _legend_only(fig, "bonus token (from the target)", "star", COLORS["accepted"])
-        return
-    _overlay(fig, [v for v in rt.accepted_path if v in pos], pos, "accepted path", "circle-open",
-             COLORS["accepted"], 22, width=4)
-    last = rt.accepted_path[-1]
-    if last in pos:
-        x, y = pos[last]
-        fig.add_trace(go.Scatter(x=[x + 1], y=[y], mode="markers+text", name="bonus token (from the target)",
-                                 text=[label(token_strings, rt.bonus_token)], textposition="middle right",
-                                 marker={"size": 18, "symbol": "star", "color": COLORS["accepted"]},
-                                 hovertext=[f"bonus token {token_strings.get(rt.bonus_token, '')!r}"],
-                                 hoverinfo="text"))
-
-
-def _title(rt: RoundTrace, upto_step: int | None) -> str:
-    if upto_step:
-        s = rt.steps[upto_step - 1]
-        return (f"Round {rt.index + 1}, after step {upto_step}/{len(rt.steps)}: {s.action} step, "
-                f"pool {len(s.pool)}, frontier {len(s.frontier)}, +{len(s.added)} nodes")
-    kept = sum(rt.tree.kept) - 1
-    return (f"Round {rt.index + 1}: {rt.tree.size - 1} drafted, {kept} verified, "
+def summary_title(rt: RoundTrace) -> str:
+    t = rt.tree
+    return (f"Round {rt.index + 1}: {t.size - 1} drafted, {sum(t.kept) - 1} verified, "
             f"{rt.accepted} accepted + 1 bonus")
 
 
-def _hover(t, v: int, token_strings) -> str:
-    import math
-
-    who = {-1: "root", 0: "small", 1: "mid"}[int(t.drafter[v])]
-    return (f"{token_strings.get(t.token[v], t.token[v])!r} (id {t.token[v]})<br>depth {t.depth[v]}, step {t.step[v]}, "
-            f"by {who}<br>p = {math.exp(t.logp[v]):.3f}, s = {math.exp(t.score[v]):.4f}")
+def frame_title(head: str, f: Frame, i: int, n: int, style: Style) -> str:
+    count = f" (frame {i + 1}/{n})" if n > 1 else ""
+    return f"{head}{count}<br>{wrap(f.caption, style.wrap)}"
 
 
-def _edges(fig, t, nodes, pos, accepted) -> None:
-    for on_path, name, color, width in ((False, "edge", "#bbbbbb", 1), (True, "accepted edge", COLORS["accepted"], 4)):
+def base_layout(pl: Placement, style: Style, title: str) -> dict:
+    return dict(title={"text": title, "font": {"size": style.title},
+                       "x": 0.01, "xanchor": "left", "y": 0.99, "yanchor": "top"},
+                template="plotly_white", height=pl.height, hovermode="closest",
+                legend={"font": {"size": style.legend}, "itemsizing": "constant"},
+                margin=dict(MARGIN), font={"size": style.font},
+                xaxis={"visible": False, "range": list(pl.x_range), "fixedrange": True},
+                yaxis={"visible": False, "range": [-0.02, 1.02], "fixedrange": True}, clickmode="event")
+
+
+def play_buttons(style: Style) -> dict:
+    play = {"frame": {"duration": FRAME_MS, "redraw": True}, "fromcurrent": True, "transition": {"duration": 0},
+            "mode": "immediate"}
+    pause = {"frame": {"duration": 0, "redraw": False}, "mode": "immediate", "transition": {"duration": 0}}
+    return {"type": "buttons", "direction": "left", "x": 0.0, "xanchor": "left", "y": -0.02, "yanchor": "top",
+            "pad": {"t": 30, "r": 10}, "showactive": False, "font": {"size": style.legend + 1},
+            "buttons": [{"label": "\u25b6 Play", "method": "animate", "args": [None, play]},
+                        {"label": "\u275a\u275a Pause", "method": "animate", "args": [[None], pause]}]}
+
+
+def frame_slider(frames: list[Frame], style: Style) -> dict:
+    marks = {"prune": "\u2702", "verify": "\u2713"}
+    steps = [{"label": marks.get(f.stage, str(f.k) if f.stage == "pool" else ""), "method": "animate",
+              "args": [[f.name], {"mode": "immediate", "frame": {"duration": 0, "redraw": True},
+                                  "transition": {"duration": 0}}]} for f in frames]
+    return {"active": len(frames) - 1, "steps": steps, "x": 0.2, "len": 0.8, "y": -0.02, "yanchor": "top",
+            "pad": {"t": 20}, "currentvalue": {"visible": False}, "font": {"size": style.legend}}
+
+
+def frame_traces(rt: RoundTrace, pl: Placement, f: Frame, nodes: list[int], strings, style: Style) -> list:
+    """The TRACES of one frame, in order (empty ones keep their legend entry)."""
+    t = rt.tree
+    exist = [v for v in nodes if t.step[v] <= f.upto_step]
+    final = f.stage in ("prune", "verify")
+    gone = removed_by(rt, f.upto_step)
+    groups: dict[str, list[int]] = {}
+    for v in exist:
+        key = "overwritten" if v in gone else "pruned" if final and not t.kept[v] else category(t, v)
+        groups.setdefault(key, []).append(v)
+    accepted = [v for v in rt.accepted_path if v in pl.pos] if f.stage == "verify" else []
+    sites = graft_sites_by(rt)
+    upto_site = f.k if f.stage in ("frontier", "grow") else f.k - 1 if f.k else len(rt.steps)
+    out = edge_traces(t, exist, pl, set(accepted))
+    out += [node_trace(t, k, groups.get(k, []), pl, strings, style) for k in NODE_KEYS]
+    out.append(overlay(pl, "graft", [v for v in exist if sites.get(v, 99) <= upto_site]))
+    out += [overlay(pl, "pool", f.pool), overlay(pl, "frontier", f.frontier), overlay(pl, "new", f.new),
+            overlay(pl, "accepted", accepted), bonus_trace(rt, pl, strings, style, bool(accepted)),
+            overlay(pl, "selected", [])]
+    return out
+
+
+def edge_traces(t, nodes: list[int], pl: Placement, accepted: set[int]) -> list:
+    out = []
+    for on_path, color, width in ((False, "#c8c8c8", 1), (True, COLORS["accepted"], 4)):
         xs, ys = [], []
         for v in nodes:
             p = t.parent[v]
-            if p < 0 or p not in pos or (v in accepted and p in accepted) != on_path:
+            if p < 0 or p not in pl.pos or (v in accepted and p in accepted) != on_path:
                 continue
-            xs += [pos[p][0], pos[v][0], None]
-            ys += [pos[p][1], pos[v][1], None]
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width},
-                                     hoverinfo="skip", showlegend=False, name=name))
+            xs += [pl.pos[p][0], pl.pos[v][0], None]
+            ys += [pl.pos[p][1], pl.pos[v][1], None]
+        out.append(dict(type="scatter", x=xs or [None], y=ys or [None], mode="lines", hoverinfo="skip", showlegend=False,
+                              line={"color": color, "width": width}, name="accepted edge" if on_path else "edge"))
+    return out
 
 
-def _legend_only(fig, name, symbol, color) -> None:
-    """A legend entry with no points, so the legend always explains every encoding."""
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
-                             marker={"size": 12, "symbol": symbol, "color": color}))
+def node_trace(t, key: str, vs: list[int], pl: Placement, strings, style: Style) -> dict:
+    faded = key in ("pruned", "overwritten")
+    symbol = {"pruned": "circle-open", "overwritten": "x-thin-open"}.get(key, "circle")
+    color = [COLORS[category(t, v)] for v in vs] or COLORS.get(key, "#999999")
+    return dict(
+        type="scatter", x=[pl.pos[v][0] for v in vs] or [None], y=[pl.pos[v][1] for v in vs] or [None], mode="markers+text",
+        name=NAMES[key], legendgroup=key, text=[pl.labels.get(v, "") for v in vs], textposition="middle right",
+        textfont={"size": style.font, "family": LABEL_FONT, "color": "#9a9a9a" if faded else "#222222"},
+        marker={"size": [pl.size[v] for v in vs] or 12, "color": color, "symbol": symbol,
+                "opacity": 0.6 if faded else 1.0, "line": {"width": 1.5 if faded else 0.5, "color": color}},
+        hovertext=[hover(t, v, strings) for v in vs], hoverinfo="text", customdata=vs)
 
 
-def _overlay(fig, vs, pos, name, symbol, color, size, width=2) -> None:
-    if not vs:
-        _legend_only(fig, name, symbol, color)
-        return
-    fig.add_trace(go.Scatter(x=[pos[v][0] for v in vs], y=[pos[v][1] for v in vs], mode="markers", name=name,
-                             marker={"size": size, "symbol": symbol, "color": color, "line": {"width": width,
-                                                                                                "color": color}},
-                             hoverinfo="skip"))
+def overlay(pl: Placement, key: str, vs) -> dict:
+    name, symbol, color, size, width = OVERLAYS[key]
+    vs = [v for v in vs if v in pl.pos]
+    return dict(type="scatter", x=[pl.pos[v][0] for v in vs] or [None], y=[pl.pos[v][1] for v in vs] or [None],
+                mode="markers", name=name, hoverinfo="skip",
+                      marker={"size": size, "symbol": symbol, "color": color, "line": {"width": width, "color": color}})
+
+
+def bonus_trace(rt: RoundTrace, pl: Placement, strings, style: Style, shown: bool) -> dict:
+    at = pl.pos.get(BONUS) if shown else None
+    token = strings.get(rt.bonus_token, str(rt.bonus_token))
+    return dict(type="scatter", x=[at[0]] if at else [None], y=[at[1]] if at else [None], mode="markers+text",
+                      name="bonus token (from the target)", text=[pl.labels.get(BONUS, "")] if at else [""],
+                      textposition="middle right",
+                      textfont={"size": style.font, "family": LABEL_FONT, "color": "#222222"},
+                      marker={"size": 18, "symbol": "star", "color": COLORS["accepted"]},
+                      hovertext=[f"bonus token {token!r} (id {rt.bonus_token}): the target's own next token"],
+                      hoverinfo="text")
+
+
+def hover(t, v: int, strings) -> str:
+    who = {-1: "root", 0: "small (n-gram)", 1: "mid"}[int(t.drafter[v])]
+    state = "kept (verified)" if t.kept[v] else "pruned" if t.alive[v] else "overwritten"
+    site = ", graft site" if t.graft_site[v] else ""
+    return (f"{strings.get(t.token[v], t.token[v])!r} (id {t.token[v]}), node {v}<br>depth {t.depth[v]}, "
+            f"step {t.step[v]}, by {who}{site}<br>p = {math.exp(t.logp[v]):.3f}, s = {math.exp(t.score[v]):.4f}"
+            f"<br>{state}")

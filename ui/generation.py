@@ -1,0 +1,188 @@
+"""A generation request from the app: check it, load the pair once, run the chosen method live (streamed
+round by round from a worker thread), then the compared methods; every update goes through `RunPanel`."""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass, fields
+
+import gradio as gr
+
+from treegraft.config import ConfigError, with_overrides
+from treegraft.methods import MethodSpec, parse_schedule
+from treegraft.prompt_check import PromptError, check_length
+from treegraft.trace import GenerationResult
+
+from .runtime import Runtime
+from .view import View, run_record
+
+try:  # Hugging Face ZeroGPU Spaces: hold a GPU while a generation runs; a no-op elsewhere
+    import spaces
+
+    on_gpu = spaces.GPU(duration=180)
+except ImportError:  # pragma: no cover - the package is only present on Spaces
+    def on_gpu(fn):
+        return fn
+
+METHOD_CHOICES = ["treegraft", "all-small", "all-mid", "fixed", "oracle"]
+BASELINES = ["ar", "all-small", "all-mid"]
+FRAME_INTERVAL_S = 0.35  # the fastest the browser is asked to redraw the tree while streaming
+MAX_PROMPT_CHARS = 20_000
+_stop_flags: dict[str, threading.Event] = {}
+_rotation = itertools.count()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """The Generate button's inputs, in the order of the /generate API (and of `Controls.inputs`)."""
+
+    prompt: str
+    pair: str
+    method: str
+    schedule: str
+    no_eg: bool
+    no_nd: bool
+    max_new: int
+    temperature: float
+    seed: int
+    depth: int
+    width: int
+    budget: int
+    adaptive: bool
+    compare: bool
+
+    @classmethod
+    def of(cls, values) -> "RunRequest":
+        return cls(*values[: len(fields(cls))])
+
+
+def compare_order(label: str, compare: bool) -> list[str]:
+    """The chosen method first (it is drawn live), then the others in an order that rotates per run."""
+    if not compare:
+        return [label]
+    others = [b for b in BASELINES if b != label]
+    shift = next(_rotation) % len(others)
+    return [label] + others[shift:] + others[:shift]
+
+
+def warm_up(engine, ids, spec, drafting, gen, seed) -> None:
+    """One short untimed generation, so that no timed run pays for first-call costs (kernels, the budget probe)."""
+    engine.generate(ids, spec, drafting, gen.model_copy(update={"max_new_tokens": min(4, gen.max_new_tokens)}), seed)
+
+
+def validate_inputs(prompt: str, schedule: str):
+    if not prompt or not prompt.strip():
+        raise gr.Error("The prompt is empty: type something or pick an example.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise gr.Error(f"The prompt has {len(prompt)} characters; the limit here is {MAX_PROMPT_CHARS}.")
+    try:
+        return parse_schedule(schedule) if schedule and schedule.strip() else None
+    except ConfigError as err:
+        raise gr.Error(str(err)) from None
+
+
+def prepare(runtime: Runtime, statuses, r: RunRequest, progress):
+    """(engine, prompt ids, method, drafting, generation settings) of a request, or a clear gr.Error."""
+    sched = validate_inputs(r.prompt, r.schedule)
+    status = next(s for s in statuses if s.name == r.pair)
+    if not status.available:
+        raise gr.Error(f"Pair '{r.pair}' cannot run on this host: {status.reason}.")
+    cfg = runtime.pairs[r.pair]
+    try:
+        drafting = with_overrides(cfg.drafting, depth=int(r.depth), width=int(r.width), budget=int(r.budget),
+                                  schedule=sched, adaptive_budget=bool(r.adaptive))
+        gen = with_overrides(cfg.generation, max_new_tokens=int(r.max_new), temperature=float(r.temperature))
+        spec = MethodSpec(r.method, eg=not r.no_eg, nd=not r.no_nd)
+        engine = runtime.engine(r.pair, progress)
+    except (ConfigError, RuntimeError) as err:
+        raise gr.Error(str(err)) from None
+    except Exception as err:  # a model that fails to load: say so, keep the app alive
+        raise gr.Error(f"Could not load pair '{r.pair}': {err}") from None
+    try:
+        ids = engine.encode(r.prompt)
+        check_length(len(ids), gen.max_new_tokens, engine.context)
+    except PromptError as err:
+        raise gr.Error(f"Bad prompt: {err}") from None
+    return engine, ids, spec, drafting, gen
+
+
+def request_stop(request: gr.Request):
+    flag = _stop_flags.get(request.session_hash)
+    if flag is None:
+        return "Nothing to stop."
+    flag.set()
+    return "Stopping after the current round..."
+
+
+def live_record(rounds: list, started: float) -> dict:
+    return {"wall_s": time.perf_counter() - started, "tokens": sum(r.accepted + 1 for r in rounds), "done": False,
+            "mean_accepted": sum(r.accepted for r in rounds) / len(rounds), "rounds": len(rounds)}
+
+
+def worker(engine, lock, args, stop) -> queue.Queue:
+    """Run the engine in a thread holding the pair's lock; rounds, then the result (or the error), arrive on a queue."""
+    q: queue.Queue = queue.Queue()
+
+    def work():
+        try:
+            with lock:
+                q.put(engine.generate(*args, on_round=q.put, should_stop=stop.is_set))
+        except Exception as err:  # reported in the UI; the engine's next start() resets its state
+            q.put(err)
+
+    threading.Thread(target=work, daemon=True).start()
+    return q
+
+
+def stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view: View, stop):
+    """Stream throttled live frames of the chosen method, then its finished state."""
+    q = worker(engine, lock, (ids, spec, drafting, gen, seed), stop)
+    rounds, last_frame, strings, t0 = [], 0.0, {}, time.perf_counter()
+    while True:
+        item = q.get()
+        if isinstance(item, Exception):
+            raise gr.Error(f"Generation failed: {item}")
+        if isinstance(item, GenerationResult):
+            view.result, view.round_no = item, 0
+            view.runs[spec.label] = run_record(item, done=True)
+            yield panel.final(view, f"**{spec.label}** finished: {len(item.new_tokens)} tokens.")
+            return
+        rounds.append(item)
+        if time.perf_counter() - last_frame >= FRAME_INTERVAL_S:
+            last_frame = time.perf_counter()
+            strings.update(engine.token_strings([item]))
+            view.runs[spec.label] = live_record(rounds, t0)
+            view.result = GenerationResult(pair="", method=spec.label, prompt_tokens=len(ids), new_tokens=[],
+                                           text="", wall_s=0.0, prefill_s=0.0, dtype="", device="", settings={},
+                                           rounds=list(rounds), token_strings=dict(strings))
+            yield panel.live(view)
+
+
+def make_generate(runtime: Runtime, statuses, panel):
+    """The Generate handler: inputs are RunRequest's fields, then the session's View."""
+
+    @on_gpu
+    def generate(request: gr.Request, progress=gr.Progress(), *values):
+        r, old = RunRequest.of(values), values[-1]
+        engine, ids, spec, drafting, gen = prepare(runtime, statuses, r, progress)
+        stop = _stop_flags.setdefault(request.session_hash, threading.Event())
+        stop.clear()
+        view = View(order=compare_order(spec.label, r.compare), dtype=engine.dtype_name, show=old.show,
+                    present=old.present)
+        lock, seed = runtime.locks[r.pair], int(r.seed)
+        with lock:
+            warm_up(engine, ids, spec, drafting, gen, seed)
+        yield from stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view, stop)
+        for label in view.order[1:]:
+            if stop.is_set():
+                break
+            with lock:
+                res = engine.generate(ids, MethodSpec(label), drafting, gen, seed, should_stop=stop.is_set)
+            view.runs[label] = run_record(res, done=not stop.is_set())
+            yield panel.counters_update(view, f"Compared with **{label}**.")
+        yield panel.counters_update(view, "Done." if not stop.is_set() else "Stopped.", with_files=True)
+        _stop_flags.pop(request.session_hash, None)
+
+    return generate
