@@ -1,5 +1,6 @@
 """The app end to end: gradio_client streaming, and a real browser (Playwright + Debian chromium)."""
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -103,25 +104,26 @@ def test_real_browser(app_url, tmp_path):
                                "document.querySelector('#status').innerText.includes('Done.')", timeout=240_000)
         points = page.locator("#tree-plot .scatterlayer .trace .points path.point")
         assert points.count() >= 2
-        # the drawn node markers are exactly the verified tree: root + B_ver-limited kept nodes
+        # every drafted node is drawn: the verified tree filled (root + kept nodes), the pruned ones hollow
         title = page.locator("#tree-plot .gtitle").text_content()
-        verified = int(title.split(" verified")[0].split()[-1])
-        drawn = page.evaluate("""() => document.querySelector('#tree-plot .js-plotly-plot').data
-            .filter(t => ['root (last committed token)', 'small drafter (n-gram)', 'mid drafter',
-                          'proposed by both drafters'].includes(t.name))
-            .reduce((n, t) => n + t.x.filter(x => x !== null).length, 0)""")
-        assert drawn == verified + 1, (title, drawn)
+        drafted, verified = (int(x) for x in re.search(r"(\d+) drafted, (\d+) verified", title).groups())
+        counts = page.evaluate("""() => Object.fromEntries(document.querySelector('#tree-plot .js-plotly-plot').data
+            .map(t => [t.name, t.x.filter(x => x !== null).length]))""")
+        filled = sum(counts[k] for k in ("root (last committed token)", "small drafter (n-gram)", "mid drafter",
+                                         "proposed by both drafters"))
+        assert filled == verified + 1 and counts["pruned (not verified)"] + counts["overwritten (w/o ND)"] == \
+            drafted - verified, (title, counts)
         legend = " ".join(page.locator("#tree-plot .legendtext").all_text_contents())
-        for entry in ("small drafter", "accepted path", "bonus token"):
+        for entry in ("small drafter", "pruned", "accepted path", "bonus token"):
             assert entry in legend
+        assert page.locator("#timeline-plot .barlayer path").count() >= 1
         page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)
-        # step through the round with the keyboard: focus the step slider and press the right arrow
-        step = page.locator("#step-slider input[type=range]")
-        step.focus()
-        step.press("ArrowRight")
-        page.wait_for_function("document.querySelector('#tree-plot .gtitle') && "
-                               "document.querySelector('#tree-plot .gtitle').textContent.includes('after step 1')",
-                               timeout=30_000)
+        # step through the round's animation with the keyboard: the right arrow goes to its first frame
+        page.wait_for_function("(document.querySelector('#tree-plot .js-plotly-plot')._tgKey || '') !== ''")
+        page.locator("#header").click()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function("document.querySelector('#tree-plot .gtitle') && /\\(frame 1\\/.*step 1: the pool/"
+                               ".test(document.querySelector('#tree-plot .gtitle').textContent)", timeout=30_000)
         with page.expect_download() as dl:
             page.locator("#trace-file a").first.click()
         saved = tmp_path / "trace.json"

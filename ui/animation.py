@@ -76,6 +76,8 @@ def prune_caption(rt: RoundTrace) -> str:
 def verify_caption(rt: RoundTrace) -> str:
     kept = sum(rt.tree.kept) - 1
     a = rt.accepted
+    if kept == 0:
+        return "verify: a plain decoding step: the target's one forward gives 1 bonus token"
     return (f"verify: one target forward over the root + {_s(kept, 'node')}; accepted {_s(a, 'draft token')} "
             f"+ 1 bonus token = {a + 1} committed")
 

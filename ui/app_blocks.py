@@ -100,7 +100,7 @@ def wire(app: App, runtime: Runtime, statuses) -> None:
     cmp_outputs = [cmp.tree_a, cmp.tree_b, cmp.timeline_a, cmp.timeline_b, cmp.table]
     for i, trigger in enumerate((app.compare_tab.select, cmp.a.input, cmp.b.input)):
         trigger(show_compare(cmp), cmp_inputs, cmp_outputs, **({"api_name": "compare"} if i == 0 else {"api_visibility": "private"}))
-    app.click.input(on_plot_click(run, cmp), [app.click] + cmp_inputs, round_outputs + cmp_outputs[:4],
+    app.click.change(on_plot_click(run, cmp), [app.click] + cmp_inputs, round_outputs + cmp_outputs[:4],
                     api_name="plot_click")
 
 

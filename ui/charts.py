@@ -36,7 +36,8 @@ def margin_figure(rounds: list[RoundTrace], style: Style = NORMAL) -> go.Figure:
             fig.add_trace(go.Scatter(x=[xs[j] for j in sel], y=[ys[j] for j in sel], mode="markers", name=name,
                                      marker={"color": color, "size": 7}, hovertext=[hover[j] for j in sel],
                                      hoverinfo="text"))
-        fig.add_hline(y=0, line={"dash": "dash", "color": "#333"}, annotation_text="threshold (call mid above)")
+        fig.add_hline(y=0, line={"dash": "dash", "color": "#333"}, annotation_text="threshold (call mid above)",
+                      annotation_position="bottom left")
         rate = acts.count("mid") / len(acts)
         title = f"Scheduler margin per draft step<br>(mid-call rate {rate:.0%})"
     else:

@@ -6,7 +6,7 @@ Each group places its components (inside the caller's Blocks context) and turns 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gradio as gr
@@ -237,7 +237,7 @@ class ComparePanel:
         n = round_no or latest_drafting_round(res.rounds)
         rt = res.rounds[min(max(n, 1), len(res.rounds)) - 1]
         style = style_of(present)
-        return {tree: tree_figure(rt, res.token_strings, style=style, legend=False,
+        return {tree: tree_figure(rt, res.token_strings, style=replace(style, wrap=style.wrap * 2 // 3), legend=False,
                                   title=f"{res.method}, round {rt.index + 1}"),
                 timeline: timeline_figure(res.rounds, v.limit_of(res), rt.index + 1, style,
                                           title=f"{res.method}: {len(res.rounds)} rounds (click a bar)")}

@@ -10,6 +10,7 @@ from .style import NORMAL, Style
 from .tree_figure import COLORS, category
 
 PARTS = ("small", "mid", "both", "bonus")
+MAX_COUNTED = 24  # rounds up to which the number of mid steps is written over the bar
 PART_NAMES = {"small": "drafted by small (n-gram)", "mid": "drafted by mid", "both": "drafted by both",
               "bonus": "bonus token (target)"}
 PART_COLORS = {"small": COLORS["small"], "mid": COLORS["mid"], "both": COLORS["both"], "bonus": COLORS["accepted"]}
@@ -45,11 +46,13 @@ def timeline_figure(rounds: list[RoundTrace], limit: int | None = None, current:
                              hovertemplate=f"round %{{x}}: %{{y}} {PART_NAMES[part]}<extra></extra>"))
     totals = [sum(c.values()) for c in commits]
     mids = [(x, tot, r.mid_calls) for x, tot, r in zip(xs, totals, rounds) if r.mid_calls]
+    counts = len(rounds) <= MAX_COUNTED  # beyond that many bars the counts would run into each other
     fig.add_trace(go.Scatter(x=[m[0] for m in mids] or [None], y=[m[1] + 0.35 for m in mids] or [None],
-                             mode="markers+text", name="mid called (steps)", text=[str(m[2]) for m in mids],
+                             mode="markers+text" if counts else "markers", name="mid called (steps)",
+                             text=[str(m[2]) for m in mids], customdata=[m[2] for m in mids],
                              textposition="top center", textfont={"size": style.legend, "color": COLORS["mid"]},
                              marker={"symbol": "triangle-down", "size": 9, "color": COLORS["mid"]},
-                             hovertemplate="round %{x}: the mid drafted in %{text} step(s)<extra></extra>"))
+                             hovertemplate="round %{x}: the mid drafted in %{customdata} step(s)<extra></extra>"))
     if current:
         fig.add_vrect(x0=current - 0.5, x1=current + 0.5, line={"color": "#111", "width": 1.5},
                       fillcolor="rgba(0,0,0,0.05)")

@@ -31,12 +31,13 @@ SMALL_BIT, MID_BIT = 1, 2
 NAMES = {"root": "root (last committed token)", "small": "small drafter (n-gram)", "mid": "mid drafter",
          "both": "proposed by both drafters", "pruned": "pruned (not verified)", "overwritten": "overwritten (w/o ND)"}
 NODE_KEYS = ("root", "small", "mid", "both", "pruned", "overwritten")
-OVERLAYS = {"graft": ("graft site (mid frontier)", "diamond-open", "#d62728", 20, 2),
-            "pool": ("pool of the step", "circle-open", COLORS["pool"], 18, 2),
-            "frontier": ("frontier of the step", "square-open", COLORS["frontier"], 22, 2),
-            "new": ("added by the step", "circle-open", "#000000", 16, 1),
-            "accepted": ("accepted path", "circle-open", COLORS["accepted"], 22, 4),
-            "selected": ("clicked path", "circle-open", COLORS["selected"], 26, 2)}
+# name, symbol, colour, extra size over the node's marker (px), line width
+OVERLAYS = {"graft": ("graft site (mid frontier)", "diamond-open", "#d62728", 6, 1.5),
+            "pool": ("pool of the step", "circle-open", COLORS["pool"], 5, 2),
+            "frontier": ("frontier of the step", "square-open", COLORS["frontier"], 9, 2),
+            "new": ("added by the step", "circle-open", "#000000", 3, 1),
+            "accepted": ("accepted path", "circle-open", COLORS["accepted"], 9, 3),
+            "selected": ("clicked path", "circle-open", COLORS["selected"], 13, 2)}
 TRACES = ("edge", "accepted edge") + NODE_KEYS + ("graft", "pool", "frontier", "new", "accepted", "bonus", "selected")
 LABEL_FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 FRAME_MS = 1100
@@ -132,8 +133,8 @@ def frame_title(head: str, f: Frame, i: int, n: int, style: Style) -> str:
 
 
 def base_layout(pl: Placement, style: Style, title: str) -> dict:
-    return dict(title={"text": title, "font": {"size": style.title},
-                       "x": 0.01, "xanchor": "left", "y": 0.99, "yanchor": "top"},
+    return dict(title={"text": title, "font": {"size": style.title}, "x": 0.01, "xanchor": "left",
+                       "yref": "container", "y": 1.0, "yanchor": "top", "pad": {"t": 18}},
                 template="plotly_white", height=pl.height, hovermode="closest",
                 legend={"font": {"size": style.legend}, "itemsizing": "constant"},
                 margin=dict(MARGIN), font={"size": style.font},
@@ -211,11 +212,12 @@ def node_trace(t, key: str, vs: list[int], pl: Placement, strings, style: Style)
 
 
 def overlay(pl: Placement, key: str, vs) -> dict:
-    name, symbol, color, size, width = OVERLAYS[key]
+    name, symbol, color, extra, width = OVERLAYS[key]
     vs = [v for v in vs if v in pl.pos]
     return dict(type="scatter", x=[pl.pos[v][0] for v in vs] or [None], y=[pl.pos[v][1] for v in vs] or [None],
                 mode="markers", name=name, hoverinfo="skip",
-                      marker={"size": size, "symbol": symbol, "color": color, "line": {"width": width, "color": color}})
+                marker={"size": [pl.size[v] + extra for v in vs] or 12 + extra, "symbol": symbol, "color": color,
+                        "line": {"width": width, "color": color}})
 
 
 def bonus_trace(rt: RoundTrace, pl: Placement, strings, style: Style, shown: bool) -> dict:

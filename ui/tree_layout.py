@@ -22,7 +22,7 @@ CHAR_EM = 0.62  # a monospace cell's width, in font sizes (DejaVu Sans Mono: 0.6
 LINE_EM = 1.3
 KEPT_WEIGHT, PRUNED_WEIGHT = 1.0, 0.3
 MIN_WIDTH_PX = 640  # labels are placed so as not to overlap down to this plot width
-MARGIN = {"l": 10, "r": 10, "t": 95, "b": 95}  # title above, Play and the frame slider below
+MARGIN = {"l": 10, "r": 10, "t": 110, "b": 95}  # title above, Play and the frame slider below
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,9 @@
     gd.on("plotly_animationinterrupted", () => { gd._tgPlaying = false; });
     gd.addEventListener("mouseenter", () => { if ((meta(gd) || {}).kind === "tree") tg.active = gd; });
   }
+  document.addEventListener("change", (e) => {  // a picked gallery trace: give the keys back to the page
+    if (e.target && e.target.closest && e.target.closest("#gallery")) e.target.blur();
+  });
   setInterval(() => {
     for (const gd of document.querySelectorAll(".js-plotly-plot")) {
       hook(gd);
@@ -101,7 +104,8 @@
   document.addEventListener("keydown", (e) => {
     const t = e.target;
     const tag = ((t && t.tagName) || "").toLowerCase();
-    if (["input", "textarea", "select", "button"].includes(tag) || (t && t.isContentEditable)) return;
+    const choice = tag === "input" && ["radio", "checkbox"].includes(t.type);  // e.g. just picked a gallery trace
+    if ((["input", "textarea", "select", "button"].includes(tag) && !choice) || (t && t.isContentEditable)) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const present = document.querySelector("#present input[type=checkbox]");
     if (present && (e.key === "p" || (e.key === "Escape" && document.body.classList.contains("tg-present")))) {
