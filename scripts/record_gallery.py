@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=0.0)
     args.out.mkdir(parents=True, exist_ok=True)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    old = {e["name"]: e for e in json.loads((args.out / MANIFEST).read_text())} if (args.out / MANIFEST).exists() else {}
+    listed = args.out / MANIFEST
+    old = {e["name"]: e for e in json.loads(listed.read_text())} if listed.exists() else {}
     manifest = []
     for name, stem, prompt, spec in plan(load_prompts("bench"), args.ablation_category):
         if only and name not in only and name in old:

@@ -47,8 +47,9 @@ def pool_caption(rt: RoundTrace, s: StepTrace) -> str:
 
 def frontier_caption(rt: RoundTrace, s: StepTrace) -> str:
     if s.action == "mid":
-        return (f"mid step {s.k}: re-scored {_s(len(s.pool), 'unvisited node')}, picked {_s(len(s.frontier), 'graft site')} "
-                f"(the best by path score), {earlier_depth_sites(rt, s)} of them at earlier depths")
+        return (f"mid step {s.k}: re-scored {_s(len(s.pool), 'unvisited node')}, picked "
+                f"{_s(len(s.frontier), 'graft site')} (the best by path score), {earlier_depth_sites(rt, s)} of them "
+                f"at earlier depths")
     return f"small step {s.k}: frontier = the {_s(len(s.frontier), 'best node')} of the pool by path score"
 
 

@@ -94,12 +94,13 @@ def wire(app: App, runtime: Runtime, statuses) -> None:
     app.gallery.pick.input(load_gallery(run), [app.gallery.pick, run.state], loaded, api_name="load_gallery")
     app.gallery.upload.upload(load_upload(run), [app.gallery.upload, run.state], loaded, api_name="load_trace")
     app.present.change(None, app.present, None, js=PRESENT_JS)
-    app.present.change(restyle(run), [app.present, run.state],
-                       [run.tree_plot, run.timeline_plot, run.speed_plot, run.margin_plot, run.state], api_visibility="private")
+    restyled = [run.tree_plot, run.timeline_plot, run.speed_plot, run.margin_plot, run.state]
+    app.present.change(restyle(run), [app.present, run.state], restyled, api_visibility="private")
     cmp_inputs = [cmp.a, cmp.b, run.state, app.present]
     cmp_outputs = [cmp.tree_a, cmp.tree_b, cmp.timeline_a, cmp.timeline_b, cmp.table]
-    for i, trigger in enumerate((app.compare_tab.select, cmp.a.input, cmp.b.input)):
-        trigger(show_compare(cmp), cmp_inputs, cmp_outputs, **({"api_name": "compare"} if i == 0 else {"api_visibility": "private"}))
+    app.compare_tab.select(show_compare(cmp), cmp_inputs, cmp_outputs, api_name="compare")
+    for trigger in (cmp.a.input, cmp.b.input):
+        trigger(show_compare(cmp), cmp_inputs, cmp_outputs, api_visibility="private")
     app.click.change(on_plot_click(run, cmp), [app.click] + cmp_inputs, round_outputs + cmp_outputs[:4],
                     api_name="plot_click")
 

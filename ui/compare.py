@@ -8,7 +8,8 @@ from treegraft.trace import GenerationResult
 from .timeline import round_commits
 
 ROWS = (("method", "method"), ("tokens", "new tokens"), ("rounds", "rounds"), ("tpr", "tokens per round"),
-        ("mean_a", "mean A (accepted drafts per round)"), ("mid_tok", "tokens drafted by the mid (alone or with small)"),
+        ("mean_a", "mean A (accepted drafts per round)"),
+        ("mid_tok", "tokens drafted by the mid (alone or with small)"),
         ("mid_calls", "mid calls"), ("drafted", "drafted nodes per round"), ("verified", "verified nodes per round"),
         ("ms", "ms per token (as recorded)"))
 

@@ -193,8 +193,9 @@ def edge_traces(t, nodes: list[int], pl: Placement, accepted: set[int]) -> list:
                 continue
             xs += [pl.pos[p][0], pl.pos[v][0], None]
             ys += [pl.pos[p][1], pl.pos[v][1], None]
-        out.append(dict(type="scatter", x=xs or [None], y=ys or [None], mode="lines", hoverinfo="skip", showlegend=False,
-                              line={"color": color, "width": width}, name="accepted edge" if on_path else "edge"))
+        out.append(dict(type="scatter", x=xs or [None], y=ys or [None], mode="lines", hoverinfo="skip",
+                        showlegend=False, line={"color": color, "width": width},
+                        name="accepted edge" if on_path else "edge"))
     return out
 
 
@@ -203,7 +204,8 @@ def node_trace(t, key: str, vs: list[int], pl: Placement, strings, style: Style)
     symbol = {"pruned": "circle-open", "overwritten": "x-thin-open"}.get(key, "circle")
     color = [COLORS[category(t, v)] for v in vs] or COLORS.get(key, "#999999")
     return dict(
-        type="scatter", x=[pl.pos[v][0] for v in vs] or [None], y=[pl.pos[v][1] for v in vs] or [None], mode="markers+text",
+        type="scatter", x=[pl.pos[v][0] for v in vs] or [None], y=[pl.pos[v][1] for v in vs] or [None],
+        mode="markers+text",
         name=NAMES[key], legendgroup=key, text=[pl.labels.get(v, "") for v in vs], textposition="middle right",
         textfont={"size": style.font, "family": LABEL_FONT, "color": "#9a9a9a" if faded else "#222222"},
         marker={"size": [pl.size[v] for v in vs] or 12, "color": color, "symbol": symbol,

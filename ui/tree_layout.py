@@ -21,6 +21,7 @@ LABEL_CHARS = 6
 CHAR_EM = 0.62  # a monospace cell's width, in font sizes (DejaVu Sans Mono: 0.602)
 LINE_EM = 1.3
 KEPT_WEIGHT, PRUNED_WEIGHT = 1.0, 0.3
+ROOM = 1.4  # a kept node's slot, in label lines, when the height allows
 MIN_WIDTH_PX = 640  # labels are placed so as not to overlap down to this plot width
 MARGIN = {"l": 10, "r": 10, "t": 110, "b": 95}  # title above, Play and the frame slider below
 
@@ -82,7 +83,7 @@ def figure_height(depth: list[int], nodes: list[int], weight: dict[int, float], 
     per_layer: dict[int, float] = {}
     for v in nodes:
         per_layer[depth[v]] = per_layer.get(depth[v], 0.0) + weight[v]
-    need = max(per_layer.values()) * font * LINE_EM + MARGIN["t"] + MARGIN["b"]
+    need = max(per_layer.values()) * font * LINE_EM * ROOM + MARGIN["t"] + MARGIN["b"]
     return int(min(cap, max(base, need)))
 
 
@@ -112,8 +113,9 @@ def layout(tree, nodes: list[int], kept: set[int], token_strings: dict[int, str]
     if bonus_token is not None and accepted and accepted[-1] in pos:
         pos[BONUS], depth[BONUS], size[BONUS] = (max_d + 1.0, pos[accepted[-1]][1]), max_d + 1, 14.0
         texts[BONUS] = short_label(token_strings.get(bonus_token, str(bonus_token)))
-        ranked.insert(1, BONUS)
-    labels = place_labels(ranked, texts, pixel_xy(pos, x_range, plot_h), size, font, depth)
+        ranked.insert(1 + sum(v in accepted for v in ranked[1:]), BONUS)
+    path = {0, BONUS} | set(accepted or [])
+    labels = place_labels(ranked, texts, pixel_xy(pos, x_range, plot_h), size, font, depth, path)
     return Placement(pos, size, labels, height, x_range, font)
 
 
@@ -136,8 +138,8 @@ def label_box(xy, size: float, text: str, font: int) -> tuple[float, float, floa
     """(left, top, right, bottom) of a label drawn right of its marker ('middle right')."""
     x, y = xy
     half = font * LINE_EM / 2
-    left = x + size / 2 + 1
-    return left, y - half, left + cells(text) * CHAR_EM * font + 2, y + half
+    left = x + size / 2 - 0.5  # Plotly starts the text a few px right of the marker: this box is wider
+    return left, y - half, left + cells(text) * CHAR_EM * font + 3, y + half
 
 
 def marker_box(xy, size: float) -> tuple[float, float, float, float]:
@@ -149,9 +151,11 @@ def overlaps(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def place_labels(ranked: list[int], texts: dict[int, str], xy, size, font: int, depth) -> dict[int, str]:
-    """Greedy: a node gets its label if the box hits no label placed before it and no other node.
-    A label reaches at most into the next layer, so only layers d-1..d+1 are compared."""
+def place_labels(ranked: list[int], texts: dict[int, str], xy, size, font: int, depth,
+                 path: set[int] = frozenset()) -> dict[int, str]:
+    """Greedy: a node gets its label if the box hits no label placed before it and no other node (the path's
+    labels, placed first, may touch a neighbour's marker). A label reaches at most into the next layer, so
+    only layers d-1..d+1 are compared."""
     markers: dict[int, list] = {}
     for v in ranked:
         markers.setdefault(depth[v], []).append((v, marker_box(xy[v], size[v])))
@@ -162,7 +166,7 @@ def place_labels(ranked: list[int], texts: dict[int, str], xy, size, font: int, 
         near = [b for e in (d - 1, d, d + 1) for b in placed.get(e, [])]
         if any(overlaps(box, b) for b in near):
             continue
-        if any(u != v and overlaps(box, m) for e in (d, d + 1) for u, m in markers.get(e, [])):
+        if v not in path and any(u != v and overlaps(box, m) for e in (d, d + 1) for u, m in markers.get(e, [])):
             continue
         placed.setdefault(d, []).append(box)
         out[v] = texts[v]
