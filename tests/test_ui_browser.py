@@ -70,6 +70,77 @@ def click_center(page, locator):
     page.mouse.click(x, y)
 
 
+def load_gallery_entry(page, res):
+    """One click loads a recorded trace; the tree opens on the latest round that drafted anything."""
+    page.locator("#gallery label", has_text=ENTRY).first.click()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Loaded the gallery trace')",
+                           timeout=60_000)
+    default = latest_drafting_round(res.rounds)
+    page.wait_for_function(f"({TITLE}).startsWith('Round {default}:')", timeout=30_000)
+    assert f"{res.rounds[default - 1].tree.size - 1} drafted" in title(page)
+    page.wait_for_function("(document.querySelector('#tree-plot .js-plotly-plot')._tgKey || '') !== ''")
+    assert_no_overlap(label_boxes(page, "#tree-plot"))
+
+
+def play_and_step(page):
+    """Space plays the round's animation from its first frame, space pauses, the arrows step one frame."""
+    last = frame_no(page)
+    page.keyboard.press(" ")
+    page.wait_for_function(f"/\\(frame [2-9]\\//.test({TITLE})", timeout=20_000)
+    page.keyboard.press(" ")
+    paused = frame_no(page)
+    assert 1 < paused < last
+    page.wait_for_timeout(1500)
+    assert frame_no(page) == paused
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(f"({TITLE}).includes('(frame {paused + 1}/')", timeout=10_000)
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"({TITLE}).includes('(frame {paused}/')", timeout=10_000)
+    assert re.search(r"(small|mid) step \d", title(page))
+    page.screenshot(path=str(ARTIFACTS / "app-animation.png"), full_page=True)
+    for _ in range(last - paused):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function(f"({TITLE}).includes('(frame {last}/')", timeout=10_000)
+
+
+def click_node_and_bar(page):
+    """A node's click outlines its path to the root; a timeline bar's click opens its round."""
+    click_center(page, page.locator("#tree-plot .scatterlayer .trace").nth(6).locator("path.point").first)
+    path = page.evaluate("""() => { const gd = document.querySelector('#tree-plot .js-plotly-plot');
+        return gd.data[gd.layout.meta.tg.selected].x.filter(x => x !== null).length; }""")
+    assert path >= 2
+    click_center(page, page.locator("#timeline-plot .barlayer .trace").last.locator("path").nth(2))
+    page.wait_for_function(f"({TITLE}).startsWith('Round 3:')", timeout=30_000)
+    assert page.locator("#round-slider input[type=number]").input_value() == "3"
+
+
+def open_compare(page):
+    """Two recorded runs side by side: trees, timelines, counters (by default fixed and its w/o-ND ablation)."""
+    page.get_by_role("tab", name="Compare").click()
+    page.wait_for_function("document.querySelector('#compare-counters') && "
+                           "document.querySelector('#compare-counters').innerText.includes('fixed --no-nd')",
+                           timeout=60_000)
+    for plot in ("#compare-tree-a", "#compare-tree-b", "#compare-timeline-a", "#compare-timeline-b"):
+        page.wait_for_selector(f"{plot} .js-plotly-plot", timeout=30_000)
+    assert page.locator("#compare-tree-a .scatterlayer path.point").count() > 5
+    assert_no_overlap(label_boxes(page, "#compare-tree-a"))
+    page.screenshot(path=str(ARTIFACTS / "app-compare.png"), full_page=True)
+
+
+def presentation_mode(page):
+    """Controls folded away, larger figures; `p` leaves it."""
+    page.get_by_role("tab", name="Run").click()
+    page.locator("#present input[type=checkbox]").check()
+    page.wait_for_function("document.body.classList.contains('tg-present')")
+    assert not page.locator("#controls").is_visible() and page.locator("#timeline-plot").is_visible()
+    page.wait_for_function("document.querySelector('#tree-plot .js-plotly-plot').layout.height >= 720",
+                           timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "app-present.png"), full_page=False)
+    page.locator("#header").evaluate("e => e.blur && document.activeElement.blur()")
+    page.keyboard.press("p")
+    page.wait_for_function("!document.body.classList.contains('tg-present')")
+
+
 @pytest.mark.skipif(not entries(), reason="no gallery recorded (scripts/record_gallery.py)")
 def test_gallery_animation_timeline_compare_and_presentation_without_models(gallery_app, tmp_path):
     if not Path(CHROMIUM).exists():
@@ -79,7 +150,6 @@ def test_gallery_animation_timeline_compare_and_presentation_without_models(gall
     from playwright.sync_api import sync_playwright
 
     url, runtime = gallery_app
-    res = load_entry(ENTRY)
     ARTIFACTS.mkdir(exist_ok=True)
     origin, foreign = url.rstrip("/"), []
     with sync_playwright() as p:
@@ -87,63 +157,11 @@ def test_gallery_animation_timeline_compare_and_presentation_without_models(gall
         page = ctx.new_page()
         page.on("request", lambda r: None if r.url.startswith((origin, "data:", "blob:")) else foreign.append(r.url))
         page.goto(url)
-        # one click loads a recorded trace; the tree opens on the latest round that drafted anything
-        page.locator("#gallery label", has_text=ENTRY).first.click()
-        page.wait_for_function("document.querySelector('#status').innerText.includes('Loaded the gallery trace')",
-                               timeout=60_000)
-        default = latest_drafting_round(res.rounds)
-        page.wait_for_function(f"({TITLE}).startsWith('Round {default}:')", timeout=30_000)
-        drafted = res.rounds[default - 1].tree.size - 1
-        assert f"{drafted} drafted" in title(page)
-        page.wait_for_function("(document.querySelector('#tree-plot .js-plotly-plot')._tgKey || '') !== ''")
-        assert_no_overlap(label_boxes(page, "#tree-plot"))
-        # space plays the round's animation from its first frame; space pauses; the arrows step
-        last = frame_no(page)
-        page.keyboard.press(" ")
-        page.wait_for_function(f"/\\(frame [2-9]\\//.test({TITLE})", timeout=20_000)
-        page.keyboard.press(" ")
-        paused = frame_no(page)
-        assert 1 < paused < last
-        page.wait_for_timeout(1500)
-        assert frame_no(page) == paused  # paused
-        page.keyboard.press("ArrowRight")
-        page.wait_for_function(f"({TITLE}).includes('(frame {paused + 1}/')", timeout=10_000)
-        page.keyboard.press("ArrowLeft")
-        page.wait_for_function(f"({TITLE}).includes('(frame {paused}/')", timeout=10_000)
-        assert re.search(r"(small|mid) step \d", title(page))
-        page.screenshot(path=str(ARTIFACTS / "app-animation.png"), full_page=True)
-        # clicking a node highlights its path to the root
-        for _ in range(last - paused):
-            page.keyboard.press("ArrowRight")
-        page.wait_for_function(f"({TITLE}).includes('(frame {last}/')", timeout=10_000)
-        click_center(page, page.locator("#tree-plot .scatterlayer .trace").nth(6).locator("path.point").first)
-        path = page.evaluate("""() => { const gd = document.querySelector('#tree-plot .js-plotly-plot');
-            return gd.data[gd.layout.meta.tg.selected].x.filter(x => x !== null).length; }""")
-        assert path >= 2
-        # clicking a timeline bar opens that round
-        click_center(page, page.locator("#timeline-plot .barlayer .trace").last.locator("path").nth(2))
-        page.wait_for_function(f"({TITLE}).startsWith('Round 3:')", timeout=30_000)
-        assert page.locator("#round-slider input[type=number]").input_value() == "3"
-        # the compare view: two recorded runs side by side (trees, timelines, counters)
-        page.get_by_role("tab", name="Compare").click()
-        page.wait_for_function("document.querySelector('#compare-counters') && "
-                               "document.querySelector('#compare-counters').innerText.includes('fixed --no-nd')",
-                               timeout=60_000)
-        for plot in ("#compare-tree-a", "#compare-tree-b", "#compare-timeline-a", "#compare-timeline-b"):
-            page.wait_for_selector(f"{plot} .js-plotly-plot", timeout=30_000)
-        assert page.locator("#compare-tree-a .scatterlayer path.point").count() > 5
-        assert_no_overlap(label_boxes(page, "#compare-tree-a"))
-        page.screenshot(path=str(ARTIFACTS / "app-compare.png"), full_page=True)
-        # presentation mode: controls folded away, larger figures; `p` toggles it
-        page.get_by_role("tab", name="Run").click()
-        page.locator("#present input[type=checkbox]").check()
-        page.wait_for_function("document.body.classList.contains('tg-present')")
-        assert not page.locator("#controls").is_visible() and page.locator("#timeline-plot").is_visible()
-        page.wait_for_function("document.querySelector('#tree-plot .js-plotly-plot').layout.height >= 720",
-                               timeout=30_000)
-        page.screenshot(path=str(ARTIFACTS / "app-present.png"), full_page=False)
-        page.keyboard.press("p")
-        page.wait_for_function("!document.body.classList.contains('tg-present')")
+        load_gallery_entry(page, load_entry(ENTRY))
+        play_and_step(page)
+        click_node_and_bar(page)
+        open_compare(page)
+        presentation_mode(page)
         ctx.close()
     assert runtime._engines == {}, "a gallery replay must not load a model"
     assert not foreign, f"requests left the app's origin: {foreign[:5]}"
