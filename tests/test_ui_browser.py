@@ -88,10 +88,12 @@ def play_and_step(page):
     page.keyboard.press(" ")
     page.wait_for_function(f"/\\(frame [2-9]\\//.test({TITLE})", timeout=20_000)
     page.keyboard.press(" ")
+    page.wait_for_function("!document.querySelector('#tree-plot .js-plotly-plot')._tgPlaying")
+    page.wait_for_timeout(400)  # a frame already being drawn when the pause came lands first
     paused = frame_no(page)
     assert 1 < paused < last
     page.wait_for_timeout(1500)
-    assert frame_no(page) == paused
+    assert frame_no(page) == paused  # paused: no further frame
     page.keyboard.press("ArrowRight")
     page.wait_for_function(f"({TITLE}).includes('(frame {paused + 1}/')", timeout=10_000)
     page.keyboard.press("ArrowLeft")
