@@ -48,3 +48,45 @@ def test_bench_runs_hf_assisted_on_the_lm_pair(tmp_path, capsys):
     rows = {r["method"]: r for r in data["rows"]}
     assert set(rows) == {"ar", "hf-assisted", "all-mid", "all-mid@default"}  # two mids side by side
     assert all(r["exact"] for r in rows.values()) and rows["hf-assisted"]["wall_s"] > 0
+
+
+def test_bench_isolates_methods_and_reports_statistics(engine):
+    """Every timed generation starts from the same calibrated engine state, whichever method ran before it;
+    peers show no per-round figures; per-category intervals and mid-call rates are in the report."""
+    from treegraft.bench import parse_methods, report, run_bench, summarise
+    from treegraft.config import GenerationConfig, load_pair
+    from treegraft.prompts import load_prompts, select
+
+    pair = load_pair("default")
+    methods = parse_methods("ar,all-mid,treegraft,all-small,hf-pld", pair.drafting)
+    prompts = select(load_prompts("bench"), per_category=1, limit=2)
+    seen = []
+    real = engine.generate
+
+    def watched(*args, **kwargs):
+        p = engine.pruner
+        seen.append((sorted(p.verify_cost.ms.items()), p.acceptance.hits.tolist(), sorted(engine.timing_ms.items())))
+        return real(*args, **kwargs)
+
+    engine.generate = watched
+    try:
+        rows = run_bench(engine, prompts, methods, GenerationConfig(max_new_tokens=8), repeats=2, progress=False)
+    finally:
+        del engine.generate
+    timed = seen[len(methods):]  # after the warm-ups
+    assert len(timed) == len(prompts) * len(methods) * 2 and all(s == timed[0] for s in timed)
+    assert all(r["exact"] for r in rows)
+    summary = {"overall": summarise(rows), "per_category": summarise(rows, "category")}
+    pld = summary["overall"]["hf-pld"]["all"]
+    assert pld["mean_accepted"] is None and pld["mid_calls_per_round"] is None and pld["speedup"] > 0
+    assert summary["overall"]["all-small"]["all"]["pool_over_nk"] is None  # no mid step: no ratio
+    assert summary["overall"]["all-mid"]["all"]["mid_call_rate_per_step"] == 1.0
+    for cat in summary["per_category"]["treegraft"].values():
+        assert cat["speedup_ci95"] is not None and 0 <= cat["mid_call_rate_per_step"] <= 1
+    meta = {"pair": "default", "command": "test", "machine": "here", "dtype": "float32", "prompts": 2,
+            "max_new_tokens": 8, "repeats": 2, "date": "today"}
+    text = report(summary, meta)
+    assert "## Mid calls per draft step, per category" in text and "## 95% interval of the speedup per category" in text
+    assert "| hf-pld | " in text and "1000000000" not in text
+    pld_line = next(ln for ln in text.splitlines() if ln.startswith("| hf-pld |"))
+    assert pld_line.split("|")[4].strip() == "-"  # mean A does not apply to prompt lookup

@@ -44,6 +44,20 @@ def test_cost_curve_is_interpolated_and_never_decreasing():
     assert not VerifyCost() and not cost({0: 50})
 
 
+def test_b_ver_follows_the_measured_cost_curve():
+    """Trees sized to the host: B_ver shrinks to the largest n with T(n) <= cap x T(0)."""
+    from treegraft.prune import Pruner
+
+    steep, flat = Pruner(), Pruner()
+    for n, ms in {0: 100.0, 1: 110.0, 2: 120.0, 4: 140.0, 8: 155.0, 16: 190.0, 32: 240.0, 63: 330.0}.items():
+        steep.verify_cost.observe(n, ms)  # a 2-core CPU in fp32
+    for n, ms in {0: 30.0, 8: 31.0, 16: 33.0, 32: 36.0, 63: 40.0}.items():
+        flat.verify_cost.observe(n, ms)  # nearly flat (a GPU, fast bf16 units)
+    assert steep.host_budget(63, 1.6) == 8 and steep.host_budget(63, 2.0) == 16
+    assert flat.host_budget(63, 1.6) == 63 and flat.host_budget(20, 1.6) == 20
+    assert steep.host_budget(63, None) == 63 and Pruner().host_budget(63, 1.6) == 63  # off / not measured
+
+
 def test_path_acceptance_multiplies_down_the_path_and_choice_is_ancestor_closed():
     tree = chain_tree([0.9, 0.9, 0.9])
     add_child(tree, 1, 7, math.log(0.95), MID, 2)  # a sibling branch under node 1
@@ -96,8 +110,9 @@ def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_draft
 
 def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_drafting):
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
+    drafting = pair_drafting.model_copy(update={"verify_cost_cap": None})  # the cut alone (rounds re-measure T)
     with cost_curve(engine, {0: 50.0, 64: 50.0}):
-        adaptive = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
+        adaptive = engine.generate(ids, MethodSpec("all-small"), drafting, gen)
     fixed = engine.generate(ids, MethodSpec("all-small"), pair_drafting.model_copy(update={"adaptive_budget": False}), gen)
     assert [sum(r.tree.kept) for r in adaptive.rounds] == [sum(r.tree.kept) for r in fixed.rounds]
     assert adaptive.new_tokens == fixed.new_tokens
@@ -125,7 +140,7 @@ def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_dr
             assert set(probes) <= set(engine.pruner.verify_cost.ms)  # rounds may add the sizes they verified
             first_start = events.index(("start", None))
             assert sorted({n for _, n in events[:first_start]}) == probes  # every probe before the start
-            assert len(events[:first_start]) == 2 * len(probes)  # each size twice (warm-up, then timed)
+            assert len(events[:first_start]) == 1 + 2 * len(probes)  # a warm-up, then two interleaved passes
             assert len(events[first_start + 1:]) == len(res.rounds)  # then one verification per round
             engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
             assert events[first_start + 1 + len(res.rounds)] == ("start", None)  # calibrated once: no new probe

@@ -45,9 +45,10 @@ def test_tree_features_on_a_hand_built_tree():
     assert f["pool_ratio"] == pytest.approx(L(3 / 1))
     assert f["best_score"] == pytest.approx(L(.24))
     assert f["small_share"] == pytest.approx(1 / 4)
-    assert len(ctx) == len(context_names(5)) == 11
-    assert ctx[3] == pytest.approx(L(5)) and ctx[4] == pytest.approx(3 / 5) and ctx[6:] == [1, 0, 0, 0, 0]
-    assert len(PAPER_SIX) + len(ctx) == 17
+    assert len(ctx) == len(context_names(5)) == 12
+    assert ctx[3] == pytest.approx(L(5)) and ctx[4] == pytest.approx(3 / 5) and ctx[6:11] == [1, 0, 0, 0, 0]
+    assert ctx[11] == 0.0  # verify_growth: nothing measured in this state
+    assert len(PAPER_SIX) + len(ctx) == 18  # the paper's 17 + how fast verification cost grows here
 
 
 def synthetic_records(n_prompts=10, rounds=4, depth=3, seed=0):
@@ -88,13 +89,16 @@ def test_value_model_and_margin_reproduce_a_known_sign():
         assert (sched.g(z[None])[0, 0] > 0) == want, debt
 
 
-def test_feature_selection_runs_and_prints_a_table():
+def test_feature_selection_stops_when_held_out_error_stops_improving():
     lines = []
     candidates = ["leaf_ratio", "collapse_debt", "tree_fill", "small_share"]
-    sched = train(synthetic_records(n_prompts=6, rounds=2), depth=3, select=True, log=lines.append, n_keep=2,
+    sched = train(synthetic_records(n_prompts=6, rounds=2), depth=3, select=True, log=lines.append, n_keep=4,
                   candidates=candidates)
-    assert sched.tree_features[0] == "collapse_debt"  # the one signal that matters is picked first
-    assert any("cv_mse" in ln for ln in lines) and len(sched.meta["cv_table"]) == 3
+    assert sched.tree_features == ["collapse_debt"]  # the one signal that matters, and nothing else
+    table = sched.meta["cv_table"]
+    assert len(table) == 3 and table[1][1] < 0.9 * table[0][1]  # context only, + debt, + the rejected next one
+    assert table[2][1] > 0.99 * table[1][1] and any("stop" in ln for ln in lines)
+    assert 0 <= sched.meta["sign_agreement_heldout"] <= 1 and 0 < sched.meta["share_mid_pays"] < 1
 
 
 def test_collect_one_round_gives_all_schedules_with_consistent_A(tiny_engine, tmp_path):
@@ -115,9 +119,10 @@ def test_collect_one_round_gives_all_schedules_with_consistent_A(tiny_engine, tm
     s = tiny_engine.start(ids, MethodSpec("fixed"), drafting.model_copy(update={"schedule": (1, 0, 1)}), gen)
     tiny_engine.speculative_round(s)
     for tau in [(0, 0, 0), (1, 1, 1), (1, 0, 1)]:
-        steps, A, _, _ = tiny_engine.trial_round(s, Fixed(tau))
+        v = tiny_engine.trial_round(s, Fixed(tau))
         rec = next(t for t in trajs if tuple(t["schedule"]) == tau)
-        assert A == rec["A"], tau
+        assert v.acc.accepted_tokens == rec["A"], tau
+        assert rec["verified"] == len(v.kept) and len(rec["step_s"]) == 3
 
 
 def test_resume_skips_prompts_already_collected(tiny_engine, tmp_path):

@@ -1,7 +1,10 @@
 """`python -m treegraft bench`: every method on the same prompts, interleaved, speedups as ratios of one run.
 
 For each prompt (after one warm-up generation) the methods run back to back, in
-a rotating order, so machine drift hits all alike. Speedup of a method on a
+a rotating order, so machine drift hits all alike. Methods are isolated: every
+generation starts from the same calibrated engine state (`Engine.state()` taken
+after the warm-ups: cost curve T(n), acceptance model, timing means), so no method
+runs on what the one before it taught the engine. Speedup of a method on a
 prompt = AR's wall time / the method's wall time for the same prompt and the
 same new tokens (greedy outputs are identical, which the run checks and reports).
 Writes DIR/results.json, DIR/results.csv and DIR/report.md.
@@ -59,12 +62,14 @@ def run_row(engine, prompt: Prompt, ids: list[int], m: BenchMethod, gen: Generat
     mid_steps = [st for r in res.rounds for st in r.steps if st.action == "mid"]
     resel = [st.reselect_rate for st in mid_steps if st.reselect_rate is not None]
     all_steps = [st for r in res.rounds for st in r.steps]
+    peer = m.spec.hf_peer  # the Hugging Face peers have no rounds of ours: their per-round figures are None ("-")
     return {
         "prompt_id": prompt.id, "category": prompt.category, "method": m.label, "repeat": rep,
         "new_tokens": len(res.new_tokens), "tokens": res.new_tokens, "wall_s": s["wall_s"],
-        "rounds": s["rounds"], "mean_accepted": s["mean_accepted"], "tokens_per_round": s["tokens_per_round"],
+        "rounds": s["rounds"], "mean_accepted": None if peer else s["mean_accepted"],
+        "tokens_per_round": None if peer else s["tokens_per_round"],
         "tokens_per_s": s["tokens_per_s"], "draft_s": s["draft_s"], "verify_s": s["verify_s"],
-        "prefill_s": s["prefill_s"], "mid_calls": s["mid_calls"], "sched_s": s["sched_s"],
+        "prefill_s": s["prefill_s"], "mid_calls": s["mid_calls"], "sched_s": s["sched_s"], "hf_peer": peer,
         "steps": len(all_steps),
         "mid_pool": float(np.mean([len(st.pool) for st in mid_steps])) if mid_steps else None,
         "mid_nk": float(np.mean([st.n_k for st in mid_steps])) if mid_steps else None,
@@ -91,8 +96,9 @@ def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: Ge
 
     rows = []
     warm = engine.encode(prompts[0].messages)
-    for m in methods:  # warm-up: every code path once
+    for m in methods:  # warm-up: every code path once (and the calibration of T(n), off the clock)
         run_row(engine_of(m), prompts[0], warm, m, gen.model_copy(update={"max_new_tokens": 8}), -1)
+    calibrated = {id(e): (e, e.state()) for e in [engine, *(others or {}).values()]}
     total = len(prompts) * len(methods) * repeats
     with tqdm(total=total, desc="bench", disable=not progress) as bar:
         for i, prompt in enumerate(prompts):
@@ -100,6 +106,8 @@ def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: Ge
             for rep in range(repeats):
                 shift = (i + rep) % len(methods)
                 for m in methods[shift:] + methods[:shift]:
+                    e, state = calibrated[id(engine_of(m))]
+                    e.restore(state)
                     rows.append(run_row(engine_of(m), prompt, ids, m, gen, rep))
                     bar.update(1)
     add_speedups(rows)
@@ -112,6 +120,11 @@ def add_speedups(rows: list[dict]) -> None:
         base = ar[(r["prompt_id"], r["repeat"])]
         r["speedup"] = base["wall_s"] / r["wall_s"]
         r["exact"] = r["tokens"] == base["tokens"]
+
+
+PER_ROUND_FIGURES = ("mean_accepted", "tokens_per_round", "draft_share", "verify_share", "mid_calls_per_round",
+                     "mid_call_rate_per_step", "sched_ms_per_step", "draft_ms_per_round", "verify_ms_per_round",
+                     "other_ms_per_round", "overhead_share")
 
 
 def summarise(rows: list[dict], key: str | None = None) -> dict:
@@ -127,28 +140,33 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
     out = {}
     for (method, cat), rs in groups.items():
         draft, verify = sum(r["draft_s"] for r in rs), sum(r["verify_s"] for r in rs)
-        out.setdefault(method, {})[cat] = {
+        wall = max(1e-9, sum(r["wall_s"] for r in rs))
+        pool, nk = mean([r["mid_pool"] for r in rs]), mean([r["mid_nk"] for r in rs])
+        mid_calls = sum(r["mid_calls"] for r in rs)
+        fig = {
             "speedup": mean([r["speedup"] for r in rs]),
             "speedup_ci95": bootstrap_ci([r["speedup"] for r in rs]),
             "mean_accepted": mean([r["mean_accepted"] for r in rs]),
             "tokens_per_round": mean([r["tokens_per_round"] for r in rs]),
             "tokens_per_s": mean([r["tokens_per_s"] for r in rs]),
-            "draft_share": draft / max(1e-9, sum(r["wall_s"] for r in rs)),
-            "verify_share": verify / max(1e-9, sum(r["wall_s"] for r in rs)),
-            "mid_calls_per_round": sum(r["mid_calls"] for r in rs) / max(1, sum(r["rounds"] for r in rs)),
-            "mid_call_rate_per_step": sum(r["mid_calls"] for r in rs) / max(1, sum(r["steps"] for r in rs)),
+            "draft_share": draft / wall,
+            "verify_share": verify / wall,
+            "mid_calls_per_round": mid_calls / max(1, sum(r["rounds"] for r in rs)),
+            "mid_call_rate_per_step": mid_calls / max(1, sum(r["steps"] for r in rs)),
             "sched_ms_per_step": 1000 * sum(r["sched_s"] for r in rs) / max(1, sum(r["steps"] for r in rs)),
-            "mid_pool": mean([r["mid_pool"] for r in rs]),
-            "pool_over_nk": (mean([r["mid_pool"] for r in rs]) or 0) / max(1e-9, mean([r["mid_nk"] for r in rs]) or 0)
-            if mean([r["mid_pool"] for r in rs]) else None,
+            "mid_pool": pool,
+            "pool_over_nk": pool / nk if pool and nk else None,  # N_k = 0 (nothing to expand): no ratio
             "reselect_rate": mean([r["reselect_rate"] for r in rs]),
-            "mid_ms_per_call": (sum(r["profile_ms"].get("mid_forward", 0.0) for r in rs)
-                                / sum(r["mid_calls"] for r in rs)) if sum(r["mid_calls"] for r in rs) else None,
+            "mid_ms_per_call": (sum(r["profile_ms"].get("mid_forward", 0.0) for r in rs) / mid_calls)
+            if mid_calls else None,
             "exact_rate": mean([float(r["exact"]) for r in rs]),
             **per_round_ms(rs),
             **overhead(rs),
             "n": len(rs),
         }
+        if all(r.get("hf_peer") for r in rs):  # no rounds of ours: the per-round figures do not apply
+            fig.update({k: None for k in PER_ROUND_FIGURES})
+        out.setdefault(method, {})[cat] = fig
     return out
 
 
@@ -220,7 +238,23 @@ def report(summary: dict, meta: dict) -> str:
               "|---|" + "---|" * len(cats)]
     for method, by_cat in summary["per_category"].items():
         lines.append(f"| {method} | " + " | ".join(fmt(by_cat.get(c, {}).get("speedup")) for c in cats) + " |")
-    return "\n".join(lines + mid_cost_table(summary) + overhead_table(summary)) + "\n"
+    return "\n".join(lines + category_table(summary, cats, "speedup_ci95", "95% interval of the speedup per category")
+                     + category_table(summary, cats, "mid_call_rate_per_step", "Mid calls per draft step, per category")
+                     + mid_cost_table(summary) + overhead_table(summary)) + "\n"
+
+
+def category_table(summary: dict, cats: list[str], key: str, title: str) -> list[str]:
+    """One figure per method and category; methods where it never applies are left out."""
+    rows = [(m, by_cat) for m, by_cat in summary["per_category"].items()
+            if any(by_cat.get(c, {}).get(key) is not None for c in cats) and m != "ar"]
+    if not rows:
+        return []
+
+    def cell(v):
+        return "-" if v is None else (f"{v[0]:.2f}-{v[1]:.2f}" if isinstance(v, list) else f"{v:.2f}")
+
+    lines = ["", f"## {title}", "", "| method | " + " | ".join(cats) + " |", "|---|" + "---|" * len(cats)]
+    return lines + [f"| {m} | " + " | ".join(cell(by_cat.get(c, {}).get(key)) for c in cats) + " |" for m, by_cat in rows]
 
 
 def mid_cost_table(summary: dict) -> list[str]:

@@ -19,15 +19,15 @@ def speedup_by_category(summary: dict) -> go.Figure:
 
 
 def accepted_by_method(summary: dict) -> go.Figure:
-    methods = [m for m in summary["overall"] if m != "ar"]
-    vals = [summary["overall"][m]["all"]["mean_accepted"] for m in methods]
+    methods = [m for m in summary["overall"] if m != "ar" and summary["overall"][m]["all"]["mean_accepted"] is not None]
+    vals = [summary["overall"][m]["all"]["mean_accepted"] for m in methods]  # the HF peers report no A
     fig = go.Figure(go.Bar(x=methods, y=vals, text=[f"{v:.2f}" for v in vals], textposition="outside"))
     fig.update_layout(title="Mean accepted draft tokens per round (A)", yaxis_title="A", template="plotly_white")
     return fig
 
 
 def cost_breakdown(summary: dict) -> go.Figure:
-    methods = list(summary["overall"])
+    methods = [m for m in summary["overall"] if summary["overall"][m]["all"]["draft_ms_per_round"] is not None]
     parts = {"draft": "draft_ms_per_round", "verify": "verify_ms_per_round", "engine + other": "other_ms_per_round"}
     fig = go.Figure()
     for name, key in parts.items():

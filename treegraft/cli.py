@@ -60,11 +60,52 @@ def _sched_train(args) -> int:
     out = Path(args.out) if args.out else (resolve_path(pair.scheduler) if pair.scheduler else None)
     if out is None:
         raise ConfigError(f"pair '{args.pair}' has no `scheduler:` path in models.yaml; pass --out")
-    sched = train(read_dataset(Path(args.data)), pair.drafting.depth, select=not args.no_select,
-                  bonus=0.0 if args.paper_eta else 1.0)
+    records = read_dataset(Path(args.data))
+    profiles = None
+    if args.jitter or args.profiles:
+        from .scheduler.costs import CostProfile, jittered
+
+        source = CostProfile.of_records(records)
+        profiles = ([source] + jittered(source, args.jitter, args.seed)
+                    + [CostProfile.from_json(json.loads(Path(f).read_text())) for f in args.profiles])
+    sched = train(records, pair.drafting.depth, select=not args.no_select, bonus=0.0 if args.paper_eta else 1.0,
+                  profiles=profiles, seed=args.seed)
     sched.meta["pair"] = args.pair
     sched.save(out)
     print(f"wrote {out} (tree features: {', '.join(sched.tree_features)}; g_psi {sched.g.n_params} params)")
+    return 0
+
+
+def _sched_profile(args) -> int:
+    from .engine import Engine
+    from .models import load_pair_models
+    from .models import host
+    from .prompts import load_prompts
+    from .scheduler.costs import measure
+
+    pair = load_pair(args.pair, args.models)
+    engine = Engine(load_pair_models(pair, args.dtype))
+    ids = engine.encode(load_prompts(args.suite)[0].messages)
+    prof = measure(engine, ids, pair.drafting, args.name or f"{engine.dtype_name}")
+    Path(args.out).write_text(json.dumps({**prof.to_json(), "machine": host(), "dtype": engine.dtype_name}, indent=1))
+    print(json.dumps(prof.to_json()))
+    return 0
+
+
+def _sched_transfer(args) -> int:
+    from .scheduler.costs import CostProfile
+    from .scheduler.policy import SchedulerFile
+    from .scheduler.replay import transfer_check
+    from .scheduler.train import read_dataset
+
+    pair = load_pair(args.pair, args.models)
+    features = SchedulerFile.load(resolve_path(pair.scheduler)).tree_features if args.features is None \
+        else args.features.split(",")
+    profiles = [CostProfile.from_json(json.loads(Path(f).read_text())) for f in args.profiles]
+    result = transfer_check(read_dataset(Path(args.data)), profiles, pair.drafting.depth, features,
+                            n_jitter=args.jitter, seed=args.seed)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -168,7 +209,28 @@ def _add_scheduler(sub) -> None:
     t.add_argument("--out", default=None, help="default: the pair's `scheduler:` path")
     t.add_argument("--no-select", action="store_true", help="use the paper's six tree features, no CV selection")
     t.add_argument("--paper-eta", action="store_true", help="margins on eta = A / t (the paper) instead of (A + 1) / t")
+    t.add_argument("--jitter", type=int, default=0, help="also train on the rounds re-timed under N jittered "
+                   "hosts' costs (scheduler/costs.py), so the file transfers across machines and dtypes")
+    t.add_argument("--profiles", nargs="*", default=[], help="measured cost profiles (scheduler profile) to add")
+    t.add_argument("--seed", type=int, default=0)
     t.set_defaults(func=_sched_train)
+    pr = ssub.add_parser("profile", help="measure this host's step costs for a pair and dtype (a cost profile)")
+    pr.add_argument("--pair", default="default")
+    pr.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    pr.add_argument("--suite", default="bench", help="its first prompt is the probe")
+    pr.add_argument("--name", default=None)
+    pr.add_argument("--out", required=True)
+    pr.set_defaults(func=_sched_profile)
+    tr = ssub.add_parser("transfer", help="replay schedulers on held-out rounds under each cost profile: "
+                         "each profile's own scheduler vs one trained on jittered costs")
+    tr.add_argument("--pair", default="default")
+    tr.add_argument("--data", default="scheduler_data.jsonl")
+    tr.add_argument("--profiles", nargs="+", required=True)
+    tr.add_argument("--features", default=None, help="comma-separated tree features (default: the pair's file's)")
+    tr.add_argument("--jitter", type=int, default=8)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--out", default="transfer.json")
+    tr.set_defaults(func=_sched_transfer)
 
 
 def _add_draft_vocab(sub) -> None:

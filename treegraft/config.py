@@ -32,11 +32,16 @@ class DraftingConfig(_Strict):
     top_k: int = Field(4, ge=1, le=32, description="K: children proposed per frontier node")
     budget: int = Field(63, ge=1, le=512, description="B_ver: non-root nodes kept for verification")
     ngram_max: int = Field(5, ge=1, le=16, description="n_max of the small (n-gram) drafter")
+    span_max: int = Field(10, ge=0, le=32, description="longest copied span a small step may add under one "
+                                                      "frontier node (drafters/ngram.py; 0: one token per child)")
     schedule: tuple[int, ...] = Field((1, 0, 1, 0, 1), description="the `fixed` method's schedule")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "
-                                                     "verification time (treegraft/budget.py); n = 0 is a plain step")
+                                                     "verification time (treegraft/prune.py); n = 0 is a plain step")
+    verify_cost_cap: float | None = Field(1.6, ge=1.0, le=100.0, description="with adaptive_budget: B_ver shrinks "
+                                          "to the largest probed n whose measured T(n) <= cap x T(0) (trees sized to "
+                                          "the host; None: B_ver as set)")
 
     @model_validator(mode="after")
     def _schedule_bits(self) -> "DraftingConfig":

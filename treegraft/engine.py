@@ -7,6 +7,7 @@ time themselves (treegraft/profile.py); the round only marks its stage edges.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -45,6 +46,7 @@ class Session:
     rounds: int = 0
     t_target_ms: float = 0.0  # running means: the scheduler's timing inputs
     t_mid_ms: float = 0.0
+    verify_growth: float = 0.0  # log T(8) / T(0) measured at load (the pruner's calibration)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -53,7 +55,7 @@ class Session:
 
     def step_state(self, tree: DraftTree, k: int, actions: list[int]) -> StepState:
         return StepState(k, self.drafting.depth, tree, list(actions), self.prompt_len, self.t_target_ms,
-                         self.t_mid_ms)
+                         self.t_mid_ms, self.verify_growth)
 
 
 @dataclass
@@ -66,6 +68,16 @@ class Verified:
     acc: Acceptance
     draft_s: float
     verify_s: float  # prune + verification forward + acceptance
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """What an engine learns across generations: the pruner (cost curve T(n), acceptance model) and the
+    scheduler's timing means. `Engine.state()` freezes a copy, `Engine.restore()` puts it back: the benchmark
+    starts every generation from one calibrated state, so no method inherits what another taught."""
+
+    pruner: Pruner
+    timing_ms: dict
 
 
 def running_mean(old: float, new: float, weight: float = 0.2) -> float:
@@ -88,6 +100,12 @@ class Engine:
         self.timing_ms = {"target": 0.0, "mid": 0.0}  # running means kept across generations (scheduler inputs)
         self.profile = Profile(self.device)
         self.pruner = Pruner()  # B_ver and the cost-aware cut; learns across generations
+
+    def state(self) -> EngineState:
+        return EngineState(copy.deepcopy(self.pruner), dict(self.timing_ms))
+
+    def restore(self, state: EngineState) -> None:
+        self.pruner, self.timing_ms = copy.deepcopy(state.pruner), dict(state.timing_ms)
 
     @property
     def dtype_name(self) -> str:
@@ -114,7 +132,8 @@ class Engine:
         tree = self.new_tree(s)                                                  # root = last committed token
         steps = s.plan.draft(s, tree)                                           # D steps, one shared tree
         draft_s = watch.lap()
-        kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget)
+        kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
+                                  s.drafting.verify_cost_cap)
         nodes = np.concatenate([[0], kept])                                     # root + kept, index order
         logits = self.target.verify(tree, nodes)                                # one tree-masked forward
         acc = accept(tree, nodes, logits, s.gen, s.generator)                   # greedy walk or sampling
@@ -138,7 +157,7 @@ class Engine:
     def new_tree(self, s: Session) -> DraftTree:
         d = s.drafting
         self.mid.begin_round()
-        return DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * d.top_k)
+        return DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (d.top_k + d.span_max))
 
     def learn(self, s: Session, v: Verified) -> None:
         """What a committed round teaches: the scheduler's timing inputs, and the pruner's T(n) and acceptance."""
@@ -158,9 +177,11 @@ class Engine:
         s.ngram.extend(tokens)
         return tokens
 
-    def trial_round(self, s: Session, policy) -> tuple[list[StepTrace], int, float, float]:
+    def trial_round(self, s: Session, policy) -> Verified:
         """Draft and verify with another policy from the current state, then roll every cache back. Nothing
-        is learned or committed. Returns (steps, A, t_D, t_V): what scheduler data collection records."""
+        is learned or committed (the pruner, the timing means, the n-gram index and both caches are as before),
+        so every trial of a collected round starts from the same state. Scheduler data collection records
+        its steps, A (`acc.accepted_tokens`), t_D (`draft_s`), t_V (`verify_s`) and the verified count."""
         saved, mid_state = s.plan, self.mid.snapshot()
         s.plan = saved.with_policy(policy)
         try:
@@ -169,7 +190,7 @@ class Engine:
             s.plan = saved
             self.target.rollback()
             self.mid.rollback(mid_state)
-        return v.steps, v.acc.accepted_tokens, v.draft_s, v.verify_s
+        return v
 
     def ar_step(self, s: Session) -> RoundTrace:
         """Plain autoregressive decoding with the KV cache: the speedup denominator."""
@@ -198,6 +219,7 @@ class Engine:
             s.notes += [plan.note] if plan.note else []
             if drafting.adaptive_budget:  # once per engine; generate() does it off the clock
                 self.pruner.calibrate(self.target, s.committed, drafting.budget)
+            s.verify_growth = self.pruner.verify_cost.growth()
         self.target.start(s.committed)
         self.mid.start(self.target.features)
         return s

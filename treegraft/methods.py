@@ -56,6 +56,7 @@ class StepState:
     prompt_len: int = 0
     t_target_ms: float = 0.0  # measured verification time (running mean)
     t_mid_ms: float = 0.0  # measured mid step time (running mean)
+    verify_growth: float = 0.0  # log T(8) / T(0) of this host's verification cost curve (0: not measured)
 
 
 @dataclass

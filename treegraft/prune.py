@@ -5,7 +5,11 @@ Three budgets, each defined once (names as in `DraftingConfig`):
 - B_ver (`budget`): after all D draft steps, `prune` keeps exactly min(B_ver, nodes)
   non-root nodes, best path score first, closed under ancestors (the paper's rule).
 - the cost-aware cut (`adaptive_budget`): of those, `Pruner.select` verifies only the
-  n <= B_ver that pay for their verification time on this host (below).
+  n <= B_ver that pay for their verification time on this host (below). With it, B_ver
+  itself follows the host (`verify_cost_cap`, default 1.6): it shrinks to the largest
+  probed n whose measured T(n) <= cap x T(0). Where verification is nearly flat in n
+  (a GPU, a CPU with fast bf16 matrix units) trees grow to the configured 63; where each
+  node costs (a 2-core AVX2 CPU in fp32: T(8) ~ 1.5 T(0)) they stay small.
 - B0 (`mid_budget`): the most mid calls a round may make (the scheduler's; see
   scheduler/policy.py), not a pruning budget.
 
@@ -91,6 +95,16 @@ class VerifyCost:
         old = self.ms.get(n)
         self.ms[n] = ms if old is None else 0.8 * old + 0.2 * ms
 
+    def largest_within(self, cap: float) -> int:
+        """The largest measured n with T(n) <= cap x T(0) (at least 1)."""
+        keys = np.array(sorted(self.ms))
+        t = self(keys)
+        return int(max(1, keys[t <= cap * t[0]].max()))
+
+    def growth(self, n: int = 8) -> float:
+        """log T(n) / T(0): how fast verification cost grows with the tree here (0 before calibration)."""
+        return float(np.log(self(np.array([n]))[0] / self.ms[0])) if self else 0.0
+
     def __call__(self, n: np.ndarray) -> np.ndarray:
         """T at n, interpolated; made non-decreasing in n (more nodes never cost less; the means are noisy)."""
         keys = np.array(sorted(self.ms))
@@ -150,16 +164,20 @@ class Pruner:
         self.verify_cost = VerifyCost()
 
     @profiled("prune")
-    def select(self, tree: DraftTree, budget: int, adaptive: bool) -> np.ndarray:
+    def select(self, tree: DraftTree, budget: int, adaptive: bool, cap: float | None = None) -> np.ndarray:
         """The kept non-root nodes (index order; tree.kept updated). Uncalibrated: the pruned tree."""
-        kept = prune(tree, budget)
         if not adaptive or not self.verify_cost:
-            return kept
+            return prune(tree, budget)
+        kept = prune(tree, self.host_budget(budget, cap))
         order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost)
         chosen = np.sort(kept[order])
         tree.kept[kept] = False
         tree.kept[chosen] = True
         return chosen
+
+    def host_budget(self, budget: int, cap: float | None) -> int:
+        """B_ver on this host: the configured one, shrunk to what T(n) <= cap x T(0) allows (cap None: as set)."""
+        return budget if cap is None or not self.verify_cost else min(budget, self.verify_cost.largest_within(cap))
 
     @profiled("prune")
     def learn(self, tree: DraftTree, kept: np.ndarray, path: list[int], verify_ms: float) -> None:
@@ -167,20 +185,26 @@ class Pruner:
         self.verify_cost.observe(len(kept), verify_ms)
         self.acceptance.update(tree, kept, path)
 
-    def calibrate(self, target, prompt_ids: list[int], budget: int) -> None:
+    def calibrate(self, target, prompt_ids: list[int], budget: int, passes: int = 2) -> None:
         """Seed T(n), once, by timing verifications of chains of the probe sizes on this prompt's prefilled
-        cache (then rolled back). Runs before a generation's clock starts, like model loading."""
+        cache (then rolled back): one warm-up, then `passes` passes over all sizes, the fastest time of each
+        (interleaved passes, so a burst of other load does not bend the curve at one size). Runs before a
+        generation's clock starts, like model loading."""
         if self.verify_cost or len(prompt_ids) < 2:
             return
         target.start(prompt_ids)
         last = prompt_ids[-1]
-        for n in probe_sizes(budget):
-            chain = DraftTree.new(last, capacity=n + 1)
+        sizes = probe_sizes(budget)
+        chains = {}
+        for n in sizes:
+            chains[n] = DraftTree.new(last, capacity=n + 1)
             for i in range(n):
-                add_child(chain, i, last, 0.0, SMALL, 1)
-            for _ in range(2):  # the first one warms up
-                t0 = timed(target.device)
-                target.verify(chain, np.arange(n + 1))
-                ms = 1000 * (timed(target.device) - t0)
-                target.rollback()
-            self.verify_cost.observe(n, ms)
+                add_child(chains[n], i, last, 0.0, SMALL, 1)
+        best = {n: float("inf") for n in sizes}
+        for n in [sizes[-1]] + sizes * passes:  # the first one warms up
+            t0 = timed(target.device)
+            target.verify(chains[n], np.arange(n + 1))
+            best[n] = min(best[n], 1000 * (timed(target.device) - t0))
+            target.rollback()
+        for n in sizes:
+            self.verify_cost.observe(n, best[n])

@@ -31,9 +31,14 @@ TREE_CANDIDATES = (
 PAPER_SIX = TREE_CANDIDATES[:6]
 
 
+TIMING = ("t_target_ms", "t_mid_ms", "log_t_ratio", "verify_growth")  # what a host's costs change (costs.py)
+
+
 def context_names(depth: int) -> list[str]:
+    """Every context input a collected row records; a scheduler file lists the ones it uses (older files
+    were trained without `verify_growth`)."""
     return (["log_prompt_len", "t_target_ms", "t_mid_ms", "log_t_ratio", "k_over_D", "mid_calls_over_D"]
-            + [f"called_mid_{j}" for j in range(1, depth + 1)])
+            + [f"called_mid_{j}" for j in range(1, depth + 1)] + ["verify_growth"])
 
 
 def tree_features(st: StepState, width: int, top_k: int, last_mid_best: float) -> dict[str, float]:
@@ -68,10 +73,12 @@ def tree_features(st: StepState, width: int, top_k: int, last_mid_best: float) -
 
 
 def context_features(st: StepState) -> list[float]:
+    """Values in `context_names` order. verify_growth = log T(8) / T(0): how fast verification cost grows with
+    the tree on this host and dtype (measured at load by the pruner's calibration; 0 when not measured)."""
     t_t, t_m = max(st.t_target_ms, 1e-3), max(st.t_mid_ms, 1e-3)
     bits = [float(a == MID) for a in st.actions] + [0.0] * (st.depth - len(st.actions))
     return [math.log1p(st.prompt_len), st.t_target_ms, st.t_mid_ms, math.log(t_t / t_m), st.k / st.depth,
-            sum(bits) / st.depth] + bits
+            sum(bits) / st.depth] + bits + [st.verify_growth]
 
 
 class FeatureTracker:
@@ -90,6 +97,9 @@ class FeatureTracker:
             self.last_mid_best = float(st.tree.score[nk].max()) if len(nk) else self.last_mid_best
         return tree_features(st, self.width, self.top_k, self.last_mid_best), context_features(st)
 
-    def vector(self, st: StepState, tree_names: list[str]) -> np.ndarray:
+    def vector(self, st: StepState, tree_names: list[str], ctx_names: list[str] | None = None) -> np.ndarray:
         tree, ctx = self.all_features(st)
+        if ctx_names is not None:
+            named = dict(zip(context_names(st.depth), ctx))
+            ctx = [named[n] for n in ctx_names]
         return np.array([tree[n] for n in tree_names] + ctx, dtype=np.float32)

@@ -73,6 +73,11 @@ class SchedulerFile:
     meta: dict
     threshold: float = 0.0  # tau: call the mid when g_psi(z) > tau (value.decision_threshold)
 
+    @property
+    def context_features(self) -> list[str] | None:
+        """The context inputs g_psi reads, in order (None: all of `context_names`)."""
+        return self.meta.get("context_features")
+
     @classmethod
     def load(cls, path: str | Path) -> "SchedulerFile":
         d = json.loads(Path(path).read_text())
@@ -92,6 +97,8 @@ def with_timings(st: StepState, sched: SchedulerFile) -> StepState:
         st.t_target_ms = float(t.get("t_target_ms", 0.0))
     if st.t_mid_ms == 0.0:
         st.t_mid_ms = float(t.get("t_mid_ms", 0.0))
+    if st.verify_growth == 0.0:
+        st.verify_growth = float(t.get("verify_growth", 0.0))
     return st
 
 
@@ -111,7 +118,7 @@ class LearnedPolicy(Policy):
         self.tracker.start_round()
 
     def decide(self, st: StepState) -> Decision:
-        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features)
+        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.sched.context_features)
         margin = float(self.sched.g(z[None])[0, 0]) - self.sched.threshold
         within = self.b0 is None or sum(st.actions) < self.b0
         return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist())
@@ -132,7 +139,7 @@ class OraclePolicy(Policy):
     def decide(self, st: StepState) -> Decision:
         from .value import eta_from, futures
 
-        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features)
+        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.sched.context_features)
         d, k = st.depth, st.k
         fut = futures(d - k)
         best = []

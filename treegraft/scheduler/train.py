@@ -23,8 +23,10 @@ from ..config import DraftingConfig, GenerationConfig
 from ..models import host
 from ..methods import Decision, Fixed, MethodSpec, StepState
 from .features import PAPER_SIX, TREE_CANDIDATES, FeatureTracker, context_names
+from .costs import CostProfile, retime
 from .policy import NumpyMLP, SchedulerFile
-from .value import decision_threshold, margin_labels, select_features, step_rows, train_regressor, value_inputs
+from .value import (MIN_GAIN, canonical, decision_threshold, heldout_sign_agreement, margin_labels, select_features,
+                    step_rows, train_regressor, value_inputs)
 
 G_HIDDEN = [64, 32]
 VALUE_HIDDEN = [64, 64]
@@ -71,11 +73,14 @@ def collect(engine, prompts, out: Path, drafting: DraftingConfig, rounds_per_pro
                     break
                 trajs = []
                 for tau in schedules:
-                    steps, A, t_d, t_v = engine.trial_round(s, RecordingPolicy(tau, drafting.width, drafting.top_k))
-                    trajs.append({"schedule": list(tau), "A": A, "t_draft": t_d, "t_verify": t_v,
-                                  "features": [st.features for st in steps]})
+                    v = engine.trial_round(s, RecordingPolicy(tau, drafting.width, drafting.top_k))
+                    trajs.append({"schedule": list(tau), "A": v.acc.accepted_tokens, "t_draft": v.draft_s,
+                                  "t_verify": v.verify_s, "verified": len(v.kept),
+                                  "step_s": [st.draft_s for st in v.steps],
+                                  "features": [st.features for st in v.steps]})
                 lines.append({"prompt_id": prompt.id, "category": prompt.category, "round": r,
-                              "prompt_len": s.prompt_len, "trajectories": trajs})
+                              "prompt_len": s.prompt_len, "verify_ms": engine.pruner.verify_cost.ms,
+                              "trajectories": trajs})
                 engine.speculative_round(s)
                 s.rounds += 1
                 bar.update(1)
@@ -91,32 +96,60 @@ def read_dataset(path: Path) -> list[dict]:
 
 
 def train(records: list[dict], depth: int, select: bool = True, log=print, seed: int = 0, n_keep: int = 6,
-          candidates: list[str] | None = None, bonus: float = 1.0) -> SchedulerFile:
+          candidates: list[str] | None = None, bonus: float = 1.0, features: list[str] | None = None,
+          profiles: list[CostProfile] | None = None) -> SchedulerFile:
+    """The scheduler file from collected rounds. `profiles`: train on the rounds re-timed under each of these
+    hosts' costs (costs.py) instead of as collected; `features`: these tree features, no selection."""
+    source = None
+    if profiles:
+        source = CostProfile.of_records(records)
+        records = [rec for prof in profiles for rec in retime(records, source, prof)]
+        log(f"re-timed under {len(profiles)} cost profiles: {', '.join(p.name for p in profiles)}")
     rows = step_rows(records, depth)
     log(f"dataset: {len(records)} rounds, {len(rows.A)} step rows, {len(np.unique(rows.group))} prompts")
-    if select:
-        log("feature selection (greedy forward, 5-fold CV grouped by prompt, f_theta held-out MSE):")
+    table: list = []
+    if features is not None:
+        names = list(features)
+    elif select:
+        log(f"feature selection (greedy forward, 5-fold CV grouped by prompt, f_theta held-out MSE, "
+            f"stops below a {100 * MIN_GAIN:.0f}% gain):")
         names, table = select_features(rows, n_keep=n_keep, candidates=candidates, log=log)
     else:
-        names, table = list(PAPER_SIX), []
+        names = list(PAPER_SIX)
     idx = [TREE_CANDIDATES.index(n) for n in names]
     x = value_inputs(rows, idx)
     y = np.stack([rows.A, rows.t], 1)
     net, xn, yn = train_regressor(x, y, VALUE_HIDDEN, epochs=600, seed=seed)
     z, margin = margin_labels(rows, idx, net, xn, yn, depth, bonus)
-    log(f"margin labels: {len(z)} canonical states, share > 0: {float((margin > 0).mean()):.2f}")
+    pays = float((margin > 0).mean())
+    log(f"margin labels: {len(z)} canonical states, share where calling the mid pays (> 0): {pays:.3f}")
     g, gx, gy = train_regressor(z, margin[:, None], G_HIDDEN, epochs=1500, seed=seed)
     g_np = NumpyMLP.from_torch(g, gx, gy).clip_to(z)
     pred = g_np(z)[:, 0]
     agree = float(np.mean((pred > 0) == (margin > 0)))
-    log(f"g_psi: {g_np.n_params} parameters, sign agreement with the margin labels {agree:.3f}")
+    heldout = heldout_sign_agreement(z, margin, rows.group[canonical(rows)], G_HIDDEN, 1500, seed)
+    log(f"g_psi: {g_np.n_params} parameters, sign agreement with the margin labels {agree:.3f} "
+        f"(training states), {heldout:.3f} (held-out prompts, 5 folds)")
     tau = decision_threshold(pred, margin)
     log(f"decision threshold tau = {tau:.4f}: mid called on {float((pred > tau).mean()):.3f} of the states "
-        f"(labels > 0: {float((margin > 0).mean()):.3f}), summed margin {float(margin[pred > tau].sum()):.2f} "
+        f"(labels > 0: {pays:.3f}), summed margin {float(margin[pred > tau].sum()):.2f} "
         f"vs {float(margin[pred > 0].sum()):.2f} at tau = 0")
     ctx = rows.ctx
-    meta = {"context_features": context_names(depth), "cv_table": table, "eta_bonus": bonus, "n_params": g_np.n_params,
-            "sign_agreement": agree, "rounds": len(records), "hardware": host(),
-            "timings": {"t_target_ms": float(np.median(ctx[:, 1])), "t_mid_ms": float(np.median(ctx[:, 2]))},
+    names_ctx = context_names(depth)[: ctx.shape[1]]
+    meta = {"context_features": names_ctx, "cv_table": table, "eta_bonus": bonus, "n_params": g_np.n_params,
+            "sign_agreement": agree, "sign_agreement_heldout": heldout, "share_mid_pays": pays,
+            "mid_called_share": float((pred > tau).mean()), "rounds": len(records), "hardware": host(),
+            "cost_profiles": [p.name for p in profiles] if profiles else None,
+            "timings": source_timings(ctx, names_ctx, source),
             "trained_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     return SchedulerFile(depth, names, g_np, NumpyMLP.from_torch(net, xn, yn), meta, tau)
+
+
+def source_timings(ctx: np.ndarray, names: list[str], source: CostProfile | None) -> dict:
+    """The timing inputs a policy uses before it has measured its own (policy.with_timings)."""
+    col = {n: i for i, n in enumerate(names)}
+    out = {"t_target_ms": float(np.median(ctx[:, col["t_target_ms"]])),
+           "t_mid_ms": float(np.median(ctx[:, col["t_mid_ms"]]))}
+    if "verify_growth" in col:
+        out["verify_growth"] = source.growth if source else float(np.median(ctx[:, col["verify_growth"]]))
+    return out

@@ -95,7 +95,7 @@ def step_rows(records: list[dict], depth: int) -> StepRows:
             tau = traj["schedule"]
             for k in range(1, depth + 1):
                 feats = traj["features"][k - 1]
-                key = (rec["prompt_id"], rec["round"], k, tuple(tau[: k - 1]))
+                key = (rec.get("profile"), rec["prompt_id"], rec["round"], k, tuple(tau[: k - 1]))
                 cols["tree"].append(feats[:n_tree])
                 cols["ctx"].append(feats[n_tree:])
                 cols["action"].append(tau[k - 1])
@@ -135,22 +135,47 @@ def cv_error(rows: StepRows, tree_idx: list[int], hidden=(32, 32), epochs=120, n
     return float(np.mean(errs))
 
 
-def select_features(rows: StepRows, n_keep: int = 6, candidates: list[str] | None = None,
-                    log=print) -> tuple[list[str], list[tuple[str, float]]]:
-    """Greedy forward selection of tree features by grouped 5-fold CV; returns (selection, table)."""
+MIN_GAIN = 0.01  # forward selection stops when the best addition lowers the held-out error by less than 1%
+
+
+def select_features(rows: StepRows, n_keep: int = 6, candidates: list[str] | None = None, log=print,
+                    min_gain: float = MIN_GAIN) -> tuple[list[str], list[tuple[str, float]]]:
+    """Greedy forward selection of tree features by grouped 5-fold CV; returns (selection, table).
+
+    Adds the feature that lowers the held-out error most, and stops when that lowers it by less than
+    `min_gain` (relative) or at `n_keep` features: a feature that does not help on held-out prompts is not
+    kept. The table lists every step tried, the rejected last one included."""
     chosen: list[int] = []
     table = [("(context only)", cv_error(rows, []))]
     log(f"  {'(context only)':60s} cv_mse={table[0][1]:.4f}")
     remaining = [TREE_CANDIDATES.index(c) for c in (candidates or TREE_CANDIDATES)]
+    best_err = table[0][1]
     while len(chosen) < n_keep and remaining:
-        scored = [(cv_error(rows, chosen + [c]), c) for c in remaining]
-        err, best = min(scored)
+        err, best = min((cv_error(rows, chosen + [c]), c) for c in remaining)
+        name = "+".join(TREE_CANDIDATES[i] for i in chosen + [best])
+        table.append((name, err))
+        if err > best_err * (1 - min_gain):
+            log(f"  {name:60s} cv_mse={err:.4f}  (gain < {100 * min_gain:.0f}%: stop)")
+            break
+        log(f"  {name:60s} cv_mse={err:.4f}")
         chosen.append(best)
         remaining.remove(best)
-        name = "+".join(TREE_CANDIDATES[i] for i in chosen)
-        table.append((name, err))
-        log(f"  {name:60s} cv_mse={err:.4f}")
+        best_err = err
     return [TREE_CANDIDATES[i] for i in chosen], table
+
+
+def heldout_sign_agreement(z: np.ndarray, margin: np.ndarray, groups: np.ndarray, hidden: list[int],
+                           epochs: int, seed: int = 0) -> float:
+    """g_psi's sign agreement with the margin labels on held-out prompts (5 folds grouped by prompt)."""
+    hits, total = 0, 0
+    for test in grouped_folds(groups, 5, seed):
+        if test.all() or not test.any():
+            continue
+        g, gx, gy = train_regressor(z[~test], margin[~test, None], hidden, epochs, seed)
+        pred = predict(g, gx, gy, z[test])[:, 0]
+        hits += int(((pred > 0) == (margin[test] > 0)).sum())
+        total += int(test.sum())
+    return hits / max(1, total)
 
 
 def futures(n: int) -> np.ndarray:
@@ -174,10 +199,15 @@ def eta_hat(net, xn, yn, z: np.ndarray, k: int, action: int, depth: int, bonus: 
     return eta_from(predict(net, xn, yn, x), bonus).reshape(m, f).max(1)
 
 
+def canonical(rows: StepRows) -> np.ndarray:
+    """Index of each canonical state's first row."""
+    return np.unique(rows.state, return_index=True)[1]
+
+
 def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int,
                   bonus: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(z*, y) for each canonical state: y = max_tau eta_hat(z*, 1, tau) - max_tau eta_hat(z*, 0, tau)."""
-    _, first = np.unique(rows.state, return_index=True)
+    first = canonical(rows)
     z = np.concatenate([rows.tree[first][:, tree_idx], rows.ctx[first]], 1)
     ks = rows.k[first]
     y = np.zeros(len(first), dtype=np.float32)
