@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: install browser demo cli-demo test test-slow distill distill-head
+.PHONY: install browser demo cli-demo test test-slow distill distill-head gallery
 
 $(STAMP): requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,3 +45,7 @@ distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
 	$(PY) -m treegraft distill --pair default --kind head --windows 1000 --depths 2 --minutes 50 --seed 0 \
 		--eval-per-category 2 $(ARGS)
+
+# the app's gallery of recorded traces (ui/gallery/): re-record after engine or scheduler changes
+gallery: install
+	$(PY) scripts/record_gallery.py

@@ -13,7 +13,7 @@ SUMMARY_FIELDS = {"speedup", "speedup_ci95", "mid_ms_per_call", "mean_accepted",
 
 def test_bench_tiny_run_writes_everything(tmp_path, capsys):
     out = tmp_path / "bench"
-    methods = "ar,all-small,all-mid,fixed,csd,treegraft,treegraft:no-eg,treegraft:no-nd,hf-pld"
+    methods = "ar,all-small,all-small:span=0,all-mid,fixed,csd,treegraft,treegraft:no-eg,treegraft:no-nd,hf-pld"
     assert main(["bench", "--methods", methods, "--suite", "default", "--limit", "2", "--max-new-tokens", "8",
                  "--dtype", "float32", "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

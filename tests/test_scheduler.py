@@ -137,8 +137,14 @@ def test_shipped_scheduler_for_the_default_pair():
     pair = load_pair("default")
     path = resolve_path(pair.scheduler)
     sched = SchedulerFile.load(path)
-    assert sched.g.n_params == 3265  # 17-64-32-1
-    assert sched.depth == pair.drafting.depth and len(sched.tree_features) == 6
+    n_in = len(sched.tree_features) + len(sched.context_features)
+    assert sched.context_features == context_names(pair.drafting.depth)  # verify_growth included
+    assert sched.g.n_params == n_in * 64 + 64 + 64 * 32 + 32 + 33 and 2_000 < sched.g.n_params < 4_000  # ~3K
+    assert sched.depth == pair.drafting.depth and 1 <= len(sched.tree_features) <= 6
+    table = sched.meta["cv_table"]  # forward selection stopped where held-out error stopped improving
+    assert len(table) == len(sched.tree_features) + 2 or len(sched.tree_features) == 6
+    assert 0 < sched.meta["sign_agreement_heldout"] <= 1 and 0 < sched.meta["share_mid_pays"] < 1
+    assert len(sched.meta["cost_profiles"]) > 1  # trained on re-timed hosts: it transfers
     assert sched.meta["hardware"] and sched.meta["timings"]["t_target_ms"] > 0
     policy = make_policy(MethodSpec("treegraft"), pair.drafting, pair.scheduler)
     assert isinstance(policy, LearnedPolicy) and policy.note is None

@@ -37,7 +37,7 @@ class BenchMethod:
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     """Comma-separated labels: a method name, optionally with :no-eg / :no-nd / :s=10101 / :adaptive /
-    :fixed-budget suffixes, and @PAIR to run it on another pair of models.yaml (e.g. all-mid@smollm2-lm:
+    :fixed-budget / :span=N (copied spans up to N tokens; 0: off) / :b=N (B_ver) suffixes, and @PAIR to run it on another pair of models.yaml (e.g. all-mid@smollm2-lm:
     the same target with another mid, side by side in one run)."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
@@ -47,6 +47,9 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
         for mod in mods:
             if mod.startswith("s="):
                 d = d.model_copy(update={"schedule": tuple(int(c) for c in mod[2:])})
+            elif mod.startswith(("span=", "b=")):
+                key, _, val = mod.partition("=")
+                d = d.model_copy(update={"span_max" if key == "span" else "budget": int(val)})
             elif mod in ("adaptive", "fixed-budget"):
                 d = d.model_copy(update={"adaptive_budget": mod == "adaptive"})
         spec = MethodSpec(name, eg="no-eg" not in mods, nd="no-nd" not in mods)
@@ -219,6 +222,8 @@ def fmt(v, spec=".2f"):
 def report(summary: dict, meta: dict) -> str:
     lines = [f"# TreeGraft benchmark: pair `{meta['pair']}`", "",
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
+             f"Verification cost T(n) ms (the pruner's curve): {meta.get('verify_ms') or '-'}; B_ver on this "
+             f"host: {meta.get('host_budget') or '-'}  ",
              f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
              f"{meta['repeats']} repeat(s), greedy, {meta['date']}", "",
              "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
@@ -286,7 +291,11 @@ def overhead_table(summary: dict) -> list[str]:
     return lines
 
 
-def bench_meta(pair: str, engine, prompts, gen, repeats, command: str) -> dict:
+def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=None) -> dict:
+    """The run's settings and what the host measured (T(n) after the run, the B_ver it allows)."""
+    cost = engine.pruner.verify_cost
+    sized = engine.pruner.host_budget(drafting.budget, drafting.verify_cost_cap) if drafting and cost else None
     return {"pair": pair, "dtype": engine.dtype_name, "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
-            "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M")}
+            "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "verify_ms": {int(k): round(v, 1) for k, v in sorted(cost.ms.items())}, "host_budget": sized}

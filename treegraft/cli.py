@@ -136,7 +136,8 @@ def _bench(args) -> int:
     others = {m.pair: Engine(load_pair_models(load_pair(m.pair, args.models), args.dtype))
               for m in methods if m.pair and m.pair != args.pair}  # methods labelled @PAIR
     rows = run_bench(engine, prompts, methods, gen, args.repeats, progress=not args.json, others=others)
-    meta = bench_meta(args.pair, engine, prompts, gen, args.repeats, "python -m treegraft " + " ".join(sys.argv[1:]))
+    meta = bench_meta(args.pair, engine, prompts, gen, args.repeats, "python -m treegraft " + " ".join(sys.argv[1:]),
+                      drafting)
     summary = write_outputs(Path(args.out), rows, meta)
     if args.json:
         print(json.dumps({"meta": meta, "overall": {m: v["all"] for m, v in summary["overall"].items()}}))

@@ -78,9 +78,9 @@ def transfer_check(records: list[dict], profiles: list[CostProfile], depth: int,
     test_recs = [r for r, t in zip(records, test) if t]
     source = CostProfile.of_records(records)
     quiet = lambda *a: None  # noqa: E731
-    scheds = {f"own ({p.name})": train(train_recs, depth, features=features, profiles=[p], seed=seed, log=quiet)
-              for p in profiles}
-    scheds["transfer"] = train(train_recs, depth, features=features, seed=seed, log=quiet,
+    scheds = {f"own ({p.name})": train(train_recs, depth, features=features, profiles=[p], seed=seed, log=quiet,
+                                       heldout=False) for p in profiles}
+    scheds["transfer"] = train(train_recs, depth, features=features, seed=seed, log=quiet, heldout=False,
                                profiles=[source] + jittered(source, n_jitter, seed))
     out: dict = {}
     for p in profiles:

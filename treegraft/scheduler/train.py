@@ -97,14 +97,10 @@ def read_dataset(path: Path) -> list[dict]:
 
 def train(records: list[dict], depth: int, select: bool = True, log=print, seed: int = 0, n_keep: int = 6,
           candidates: list[str] | None = None, bonus: float = 1.0, features: list[str] | None = None,
-          profiles: list[CostProfile] | None = None) -> SchedulerFile:
+          profiles: list[CostProfile] | None = None, heldout: bool = True) -> SchedulerFile:
     """The scheduler file from collected rounds. `profiles`: train on the rounds re-timed under each of these
-    hosts' costs (costs.py) instead of as collected; `features`: these tree features, no selection."""
-    source = None
-    if profiles:
-        source = CostProfile.of_records(records)
-        records = [rec for prof in profiles for rec in retime(records, source, prof)]
-        log(f"re-timed under {len(profiles)} cost profiles: {', '.join(p.name for p in profiles)}")
+    hosts' costs (costs.py) instead of as collected (tree features are still selected on the rounds as
+    collected: which tree signals matter does not depend on the host); `features`: these, no selection."""
     rows = step_rows(records, depth)
     log(f"dataset: {len(records)} rounds, {len(rows.A)} step rows, {len(np.unique(rows.group))} prompts")
     table: list = []
@@ -116,6 +112,13 @@ def train(records: list[dict], depth: int, select: bool = True, log=print, seed:
         names, table = select_features(rows, n_keep=n_keep, candidates=candidates, log=log)
     else:
         names = list(PAPER_SIX)
+    source = None
+    if profiles:
+        source = CostProfile.of_records(records)
+        records = [rec for prof in profiles for rec in retime(records, source, prof)]
+        rows = step_rows(records, depth)
+        log(f"re-timed under {len(profiles)} cost profiles ({', '.join(p.name for p in profiles)}): "
+            f"{len(rows.A)} step rows")
     idx = [TREE_CANDIDATES.index(n) for n in names]
     x = value_inputs(rows, idx)
     y = np.stack([rows.A, rows.t], 1)
@@ -127,9 +130,10 @@ def train(records: list[dict], depth: int, select: bool = True, log=print, seed:
     g_np = NumpyMLP.from_torch(g, gx, gy).clip_to(z)
     pred = g_np(z)[:, 0]
     agree = float(np.mean((pred > 0) == (margin > 0)))
-    heldout = heldout_sign_agreement(z, margin, rows.group[canonical(rows)], G_HIDDEN, 1500, seed)
+    heldout = heldout_sign_agreement(z, margin, rows.group[canonical(rows)], G_HIDDEN, 1500, seed) \
+        if heldout else None
     log(f"g_psi: {g_np.n_params} parameters, sign agreement with the margin labels {agree:.3f} "
-        f"(training states), {heldout:.3f} (held-out prompts, 5 folds)")
+        f"(training states), {heldout if heldout is None else round(heldout, 3)} (held-out prompts, 5 folds)")
     tau = decision_threshold(pred, margin)
     log(f"decision threshold tau = {tau:.4f}: mid called on {float((pred > tau).mean()):.3f} of the states "
         f"(labels > 0: {pays:.3f}), summed margin {float(margin[pred > tau].sum()):.2f} "
