@@ -69,7 +69,7 @@ def _sched_train(args) -> int:
         profiles = ([source] + jittered(source, args.jitter, args.seed)
                     + [CostProfile.from_json(json.loads(Path(f).read_text())) for f in args.profiles])
     sched = train(records, pair.drafting.depth, select=not args.no_select, bonus=0.0 if args.paper_eta else 1.0,
-                  profiles=profiles, seed=args.seed)
+                  profiles=profiles, seed=args.seed, features=args.features.split(",") if args.features else None)
     sched.meta["pair"] = args.pair
     sched.save(out)
     print(f"wrote {out} (tree features: {', '.join(sched.tree_features)}; g_psi {sched.g.n_params} params)")
@@ -214,6 +214,7 @@ def _add_scheduler(sub) -> None:
                    "hosts' costs (scheduler/costs.py), so the file transfers across machines and dtypes")
     t.add_argument("--profiles", nargs="*", default=[], help="measured cost profiles (scheduler profile) to add")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--features", default=None, help="comma-separated tree features: use these, no selection")
     t.set_defaults(func=_sched_train)
     pr = ssub.add_parser("profile", help="measure this host's step costs for a pair and dtype (a cost profile)")
     pr.add_argument("--pair", default="default")

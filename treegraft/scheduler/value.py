@@ -183,10 +183,11 @@ def futures(n: int) -> np.ndarray:
     return np.array(list(itertools.product([0, 1], repeat=n)), dtype=np.float32).reshape(2 ** n, n)
 
 
-def eta_from(pred: np.ndarray, bonus: float) -> np.ndarray:
+def eta_from(pred: np.ndarray, bonus: float, t_floor: float = 1e-3) -> np.ndarray:
     """Throughput from [.., 2] predictions (A, t): (A + bonus) / t. bonus = 0 is the paper's eta = A / t;
-    bonus = 1 counts the token every round commits anyway, i.e. real tokens per unit time."""
-    return (np.clip(pred[..., 0], 0, None) + bonus) / np.clip(pred[..., 1], 1e-3, None)
+    bonus = 1 counts the token every round commits anyway, i.e. real tokens per unit time. Predicted times
+    are floored at t_floor: a regressor's near-zero t would otherwise give absurd throughputs."""
+    return (np.clip(pred[..., 0], 0, None) + bonus) / np.clip(pred[..., 1], t_floor, None)
 
 
 def eta_hat(net, xn, yn, z: np.ndarray, k: int, action: int, depth: int, bonus: float = 1.0) -> np.ndarray:
@@ -196,7 +197,8 @@ def eta_hat(net, xn, yn, z: np.ndarray, k: int, action: int, depth: int, bonus: 
     future = np.zeros((m * f, depth), dtype=np.float32)
     future[:, k:] = np.tile(fut, (m, 1))
     x = np.concatenate([np.repeat(z, f, 0), np.full((m * f, 1), action, np.float32), future], 1)
-    return eta_from(predict(net, xn, yn, x), bonus).reshape(m, f).max(1)
+    t_floor = 0.25 * float(yn.mean[1])  # a quarter of the mean round time seen in training
+    return eta_from(predict(net, xn, yn, x), bonus, t_floor).reshape(m, f).max(1)
 
 
 def canonical(rows: StepRows) -> np.ndarray:
@@ -206,15 +208,17 @@ def canonical(rows: StepRows) -> np.ndarray:
 
 def margin_labels(rows: StepRows, tree_idx: list[int], net, xn, yn, depth: int,
                   bonus: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """(z*, y) for each canonical state: y = max_tau eta_hat(z*, 1, tau) - max_tau eta_hat(z*, 0, tau)."""
+    """(z*, y) for each canonical state: y = (max_tau eta_hat(z*, 1, tau) - max_tau eta_hat(z*, 0, tau)) /
+    max_tau eta_hat(z*, 0, tau): the paper's margin, relative to the throughput of not calling, so margins of
+    hosts with other costs (re-timed rounds, costs.py) share one scale. Its sign is the paper's."""
     first = canonical(rows)
     z = np.concatenate([rows.tree[first][:, tree_idx], rows.ctx[first]], 1)
     ks = rows.k[first]
     y = np.zeros(len(first), dtype=np.float32)
     for k in np.unique(ks):
         sel = ks == k
-        y[sel] = (eta_hat(net, xn, yn, z[sel], int(k), 1, depth, bonus)
-                  - eta_hat(net, xn, yn, z[sel], int(k), 0, depth, bonus))
+        e0 = eta_hat(net, xn, yn, z[sel], int(k), 0, depth, bonus)
+        y[sel] = (eta_hat(net, xn, yn, z[sel], int(k), 1, depth, bonus) - e0) / np.maximum(e0, 1e-9)
     return z, y
 
 
