@@ -42,6 +42,7 @@ from .tree import SMALL, DraftTree, add_child
 P_EDGES = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9])  # bin upper edges of a node's own p
 PRIOR_STRENGTH = 4.0  # pseudo-observations at the drafter's own p
 DECAY = 0.995  # per round: recent rounds weigh more (the prompt's kind changes acceptance)
+EXPLORE_AFTER = 8  # after this many rounds in a row that verified nothing of a drafted tree, verify one whole
 
 
 class AcceptanceModel:
@@ -162,6 +163,7 @@ class Pruner:
     def __init__(self):
         self.acceptance = AcceptanceModel()  # learned across generations
         self.verify_cost = VerifyCost()
+        self.idle = 0  # rounds in a row whose cut verified none of the drafted nodes
 
     @profiled("prune")
     def select(self, tree: DraftTree, budget: int, adaptive: bool, cap: float | None = None) -> np.ndarray:
@@ -170,6 +172,13 @@ class Pruner:
             return prune(tree, budget)
         kept = prune(tree, self.host_budget(budget, cap))
         order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost)
+        self.idle = self.idle + 1 if len(order) == 0 and len(kept) else 0
+        if self.idle >= EXPLORE_AFTER:
+            # Exploration: T(n) and the acceptance model learn only from what is verified, so one noisy
+            # calibration (T(1) measured far above T(0)) could make the cut verify nothing ever again.
+            # Every EXPLORE_AFTER-th idle round verifies the pruned tree, so both are measured anew.
+            self.idle = 0
+            return kept
         chosen = np.sort(kept[order])
         tree.kept[kept] = False
         tree.kept[chosen] = True
