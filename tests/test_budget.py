@@ -88,20 +88,25 @@ def pair_drafting():
 
 
 @contextmanager
-def cost_curve(engine, ms: dict):
-    """Run with this verification cost curve, then restore the engine's own."""
-    saved = dict(engine.pruner.verify_cost.ms)
-    engine.pruner.verify_cost.ms = dict(ms)
+def cost_curve(engine, ms: dict, pinned: bool = False):
+    """Run with this verification cost curve, then restore the engine's own. pinned: the rounds do not
+    re-measure it (the real times would otherwise replace the curve under test after the first round)."""
+    cost = engine.pruner.verify_cost
+    saved = dict(cost.ms)
+    cost.ms = dict(ms)
+    if pinned:
+        cost.observe = lambda n, ms: None
     try:
         yield
     finally:
-        engine.pruner.verify_cost.ms = saved
+        cost.ms = saved
+        cost.__dict__.pop("observe", None)
 
 
 def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
     engine.pruner.idle = 0
-    with cost_curve(engine, {0: 50.0, 1: 1e6}):
+    with cost_curve(engine, {0: 50.0, 1: 1e6}, pinned=True):
         res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
     ar = engine.generate(ids, MethodSpec("ar"), pair_drafting, gen)
     assert res.new_tokens == ar.new_tokens
@@ -117,7 +122,7 @@ def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_draft
 def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_drafting):
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
     drafting = pair_drafting.model_copy(update={"verify_cost_cap": None})  # the cut alone (rounds re-measure T)
-    with cost_curve(engine, {0: 50.0, 64: 50.0}):
+    with cost_curve(engine, {0: 50.0, 64: 50.0}, pinned=True):
         adaptive = engine.generate(ids, MethodSpec("all-small"), drafting, gen)
     fixed = engine.generate(ids, MethodSpec("all-small"), pair_drafting.model_copy(update={"adaptive_budget": False}), gen)
     assert [sum(r.tree.kept) for r in adaptive.rounds] == [sum(r.tree.kept) for r in fixed.rounds]
