@@ -121,7 +121,7 @@ class SmallDrafter:
             for i, (tok, p) in enumerate(s.ngram.propose(tail, d.top_k)):
                 v, new = add_child(tree, f, tok, math.log(p), SMALL, k)
                 (added if new else confirmed).append(v)
-                if i == 0 and d.span_max:
+                if i == 0 and new and d.span_max:  # an existing child already carries its span
                     for tok2, p2 in s.ngram.span((tail + [tok])[-d.ngram_max:], d.span_max):
                         v, new = add_child(tree, v, tok2, math.log(p2), SMALL, k)
                         (added if new else confirmed).append(v)

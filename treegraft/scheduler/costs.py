@@ -61,12 +61,11 @@ class CostProfile:
     @classmethod
     def of_records(cls, records: list[dict], name: str = "collected") -> "CostProfile":
         """The profile a dataset was collected under: its T(n) and median step times."""
-        curves = [r["verify_ms"] for r in records if r.get("verify_ms")]
+        curves = [{int(n): t for n, t in r["verify_ms"].items()} for r in records if r.get("verify_ms")]
         if not curves:
             raise ValueError("these records carry no verification cost curve (collected before re-timing existed)")
-        keys = sorted({int(k) for c in curves for k in c})
-        ms = {k: float(np.median([c[str(k)] if str(k) in c else c[k] for c in curves if str(k) in c or k in c]))
-              for k in keys}
+        keys = sorted({n for c in curves for n in c})
+        ms = {n: float(np.median([c[n] for c in curves if n in c])) for n in keys}
         steps = [(a, t) for r in records for tr in r["trajectories"] for a, t in zip(tr["schedule"], tr["step_s"])]
         mid = [1000 * t for a, t in steps if a]
         small = [1000 * t for a, t in steps if not a]
