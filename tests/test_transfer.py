@@ -9,6 +9,7 @@ import pytest
 from treegraft.config import GenerationConfig, load_pair
 from treegraft.methods import Fixed, MethodSpec
 from treegraft.prompts import Prompt
+from treegraft.prune import EXPLORE_AFTER
 from treegraft.scheduler.costs import CostProfile, jittered, retime
 from treegraft.scheduler.features import TREE_CANDIDATES, context_names
 from treegraft.scheduler.replay import fixed_decider, replay, replay_round
@@ -20,7 +21,7 @@ DEPTH = 3
 def fingerprint(engine):
     p = engine.pruner
     return (sorted(p.verify_cost.ms.items()), p.acceptance.hits.tolist(), p.acceptance.trials.tolist(),
-            sorted(engine.timing_ms.items()))
+            sorted(engine.timing_ms.items()), p.idle)
 
 
 def test_two_trials_of_one_schedule_from_one_state_agree(engine):
@@ -34,6 +35,9 @@ def test_two_trials_of_one_schedule_from_one_state_agree(engine):
     for _ in range(2):
         engine.speculative_round(s)
         s.rounds += 1
+    # One round short of exploring: a trial that counted as an idle round would explore (or reset the count),
+    # and the next trial of the same schedule would verify another tree.
+    engine.pruner.idle = EXPLORE_AFTER - 1
     before = fingerprint(engine)
     timing = (s.t_target_ms, s.t_mid_ms, s.verify_growth, len(s.committed), len(s.ngram.tokens))
     for tau in [(1, 0, 1, 0, 1), (0, 0, 0, 0, 0), (1, 1, 1, 1, 1)]:
