@@ -132,11 +132,19 @@ def open_compare(page):
 def presentation_mode(page):
     """Controls folded away, larger figures; `p` leaves it."""
     page.get_by_role("tab", name="Run").click()
+    # the Run tab's tree drawn again (and its frames synced) before the toggle, so no redraw of the tab's
+    # old figure can land after the restyled one (CI once timed out waiting for the taller tree)
+    page.wait_for_selector("#tree-plot .js-plotly-plot", state="visible", timeout=30_000)
+    page.wait_for_function("(document.querySelector('#tree-plot .js-plotly-plot')._tgKey || '') !== ''")
     page.locator("#present input[type=checkbox]").check()
     page.wait_for_function("document.body.classList.contains('tg-present')")
     assert not page.locator("#controls").is_visible() and page.locator("#timeline-plot").is_visible()
-    page.wait_for_function("document.querySelector('#tree-plot .js-plotly-plot').layout.height >= 720",
-                           timeout=30_000)
+    height = "document.querySelector('#tree-plot .js-plotly-plot').layout.height"
+    try:
+        page.wait_for_function(f"{height} >= 720", timeout=60_000)
+    except Exception:
+        raise AssertionError(f"presentation mode: the tree is {page.evaluate(f'() => {height}')} px high, "
+                             f"not >= 720; title {title(page)!r}") from None
     page.screenshot(path=str(ARTIFACTS / "app-present.png"), full_page=False)
     page.locator("#header").evaluate("e => e.blur && document.activeElement.blur()")
     page.keyboard.press("p")
