@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from treegraft.tree import MID  # noqa: E402  (bit MID of a node's `confirmed`: the mid proposed its token)
 
-CHROMIUM = "/usr/bin/chromium"
-TITLE = "document.querySelector('#tree-plot .gtitle') ? document.querySelector('#tree-plot .gtitle').textContent : ''"
+from tests.test_ui_browser import TITLE, browser  # noqa: E402  (the browser test's chromium and page helpers)
 
 
 def mid_rounds(trace: dict) -> list[tuple[int, int, bool]]:
@@ -53,10 +52,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp())
     try:
         with sync_playwright() as p:
-            ctx = p.chromium.launch_persistent_context(
-                str(tmp / "profile"), executable_path=CHROMIUM, headless=True, accept_downloads=True,
-                args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
-                viewport={"width": 1500, "height": 1300})
+            ctx = browser(p, tmp)
             page = ctx.new_page()
             page.goto(f"http://127.0.0.1:{port}/")
             page.locator("#prompt textarea").fill(args.prompt)

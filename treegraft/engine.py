@@ -182,12 +182,12 @@ class Engine:
         is learned or committed (the pruner, the timing means, the n-gram index and both caches are as before),
         so every trial of a collected round starts from the same state. Scheduler data collection records
         its steps, A (`acc.accepted_tokens`), t_D (`draft_s`), t_V (`verify_s`) and the verified count."""
-        saved, mid_state, idle = s.plan, self.mid.snapshot(), self.pruner.idle
+        saved, mid_state = s.plan, self.mid.snapshot()
         s.plan = saved.with_policy(policy)
         try:
             v = self.draft_and_verify(s)  # no active profile: a trial is not a round
         finally:
-            s.plan, self.pruner.idle = saved, idle  # a trial is not an idle round of the cut's exploration
+            s.plan = saved
             self.target.rollback()
             self.mid.rollback(mid_state)
         return v

@@ -163,7 +163,7 @@ class Pruner:
     def __init__(self):
         self.acceptance = AcceptanceModel()  # learned across generations
         self.verify_cost = VerifyCost()
-        self.idle = 0  # rounds in a row whose cut verified none of the drafted nodes
+        self.idle = 0  # committed rounds in a row that verified none of their drafted nodes
 
     @profiled("prune")
     def select(self, tree: DraftTree, budget: int, adaptive: bool, cap: float | None = None) -> np.ndarray:
@@ -172,12 +172,10 @@ class Pruner:
             return prune(tree, budget)
         kept = prune(tree, self.host_budget(budget, cap))
         order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost)
-        self.idle = self.idle + 1 if len(order) == 0 and len(kept) else 0
-        if self.idle >= EXPLORE_AFTER:
+        if len(order) == 0 and self.idle >= EXPLORE_AFTER - 1:
             # Exploration: T(n) and the acceptance model learn only from what is verified, so one noisy
             # calibration (T(1) measured far above T(0)) could make the cut verify nothing ever again.
             # Every EXPLORE_AFTER-th idle round verifies the pruned tree, so both are measured anew.
-            self.idle = 0
             return kept
         chosen = np.sort(kept[order])
         tree.kept[kept] = False
@@ -193,6 +191,7 @@ class Pruner:
         """What the cut chose taught: T(len(kept)) and the acceptance of the verified nodes."""
         self.verify_cost.observe(len(kept), verify_ms)
         self.acceptance.update(tree, kept, path)
+        self.idle = self.idle + 1 if len(kept) == 0 and tree.n > 1 else 0  # learned here, so trials leave it
 
     def calibrate(self, target, prompt_ids: list[int], budget: int, passes: int = 2) -> None:
         """Seed T(n), once, by timing verifications of chains of the probe sizes on this prompt's prefilled
