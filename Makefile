@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: install browser demo cli-demo test test-slow distill distill-head gallery
+.PHONY: install browser demo cli-demo test test-slow test-all distill distill-head gallery
 
 $(STAMP): requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -30,11 +30,16 @@ cli-demo: install
 	$(PY) -m treegraft generate --method treegraft --max-new-tokens 64 \
 		--prompt "Write a Python function that checks whether a number is prime."
 
+# the default suite (<= 15 minutes on 2 cores); the slow parts: the 13-prompt greedy sweep, the bf16 pass,
+# a calibration on a busy host and the soak; test-all runs both
 test: install browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
 
 test-slow: install browser
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow --durations=10
+
+test-all: install browser
+	$(PY) -m pytest -q -m "slow or not slow" --durations=10
 
 distill: install
 	$(PY) -m pip install -q -r requirements-distill.txt

@@ -10,6 +10,26 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 MODELS_YAML = os.environ.get("TREEGRAFT_MODELS_YAML")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def load_each_pair_once():
+    """Every loader in this run (the CLI's, the app's runtime, the fixtures below) shares one loaded copy per pair
+    and dtype: the same real models, loaded once per test run instead of once per test. A pair that fails to load
+    is not kept, so the load-failure tests still load for real."""
+    from treegraft import models
+
+    real, loaded = models.load_pair_models, {}
+
+    def once(pair, dtype=None):
+        key = (pair.model_dump_json(), str(models.pick_dtype(dtype or pair.dtype, models.pick_device(pair.device))))
+        if key not in loaded:
+            loaded[key] = real(pair, dtype)
+        return loaded[key]
+
+    models.load_pair_models = once
+    yield
+    models.load_pair_models = real
+
+
 @pytest.fixture(scope="session")
 def fp32_pair():
     """The embedded default pair in float32, loaded once per test run."""

@@ -15,7 +15,7 @@ def test_bench_tiny_run_writes_everything(tmp_path, capsys):
     out = tmp_path / "bench"
     methods = "ar,all-small,all-small:span=0,all-mid,fixed,csd,treegraft,treegraft:no-eg,treegraft:no-nd,hf-pld"
     assert main(["bench", "--methods", methods, "--suite", "default", "--limit", "2", "--max-new-tokens", "8",
-                 "--dtype", "float32", "--out", str(out), "--json"]) == 0
+                 "--dtype", "float32", "--out", str(out), "--json", "--no-png"]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(printed["overall"]) == set(methods.split(","))
     data = json.loads((out / "results.json").read_text())
@@ -42,7 +42,8 @@ def test_bench_tiny_run_writes_everything(tmp_path, capsys):
 def test_bench_runs_hf_assisted_on_the_lm_pair(tmp_path, capsys):
     out = tmp_path / "bench-lm"
     assert main(["bench", "--pair", "smollm2-lm", "--methods", "ar,hf-assisted,all-mid,all-mid@default", "--suite", "default",
-                 "--limit", "1", "--max-new-tokens", "8", "--dtype", "float32", "--out", str(out), "--json"]) == 0
+                 "--limit", "1", "--max-new-tokens", "8", "--dtype", "float32", "--out", str(out), "--json",
+                 "--no-png"]) == 0
     capsys.readouterr()
     data = json.loads((out / "results.json").read_text())
     rows = {r["method"]: r for r in data["rows"]}

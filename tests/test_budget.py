@@ -1,4 +1,5 @@
-"""The cost-aware verification budget (treegraft/budget.py): pure parts, then wired into the engine."""
+"""The cost-aware verification budget (treegraft/prune.py): pure parts, then wired into the engine."""
+import copy
 import math
 from contextlib import contextmanager
 
@@ -37,10 +38,10 @@ def test_expensive_verification_needs_likely_tokens():
 
 
 def test_cost_curve_is_interpolated_and_never_decreasing():
-    c = cost({0: 50, 2: 90, 4: 80, 8: 100})
+    c = cost({0: 50, 2: 90, 4: 80, 8: 100})  # 2 and 4 violate monotonicity: pooled to their mean, 85
     t = c(np.arange(9))
-    assert t[0] == 50 and t[1] == pytest.approx(70) and np.all(np.diff(t) >= 0)
-    assert probe_sizes(8) == [0, 1, 2, 4, 8] and probe_sizes(63)[-1] == 63
+    assert t[0] == 50 and t[1] == pytest.approx(67.5) and t[4] == pytest.approx(85) and np.all(np.diff(t) >= 0)
+    assert probe_sizes(8) == [0, 1, 3, 7, 8] and probe_sizes(63) == [0, 1, 3, 7, 15, 31, 63]
     assert not VerifyCost() and not cost({0: 50})
 
 
@@ -49,11 +50,12 @@ def test_b_ver_follows_the_measured_cost_curve():
     from treegraft.prune import Pruner
 
     steep, flat = Pruner(), Pruner()
-    for n, ms in {0: 100.0, 1: 110.0, 2: 120.0, 4: 140.0, 8: 155.0, 16: 190.0, 32: 240.0, 63: 330.0}.items():
+    for n, ms in {0: 100.0, 1: 110.0, 3: 120.0, 7: 155.0, 11: 158.0, 15: 190.0, 31: 240.0, 63: 330.0}.items():
         steep.verify_cost.observe(n, ms)  # a 2-core CPU in fp32
-    for n, ms in {0: 30.0, 8: 31.0, 16: 33.0, 32: 36.0, 63: 40.0}.items():
+    for n, ms in {0: 30.0, 7: 31.0, 15: 33.0, 31: 36.0, 63: 40.0}.items():
         flat.verify_cost.observe(n, ms)  # nearly flat (a GPU, fast bf16 units)
-    assert steep.host_budget(63, 1.6) == 8 and steep.host_budget(63, 2.0) == 16
+    # 11 nodes fit under the cap too, but B_ver moves between probe buckets (0, 1, 3, 7, 15, ...): 7
+    assert steep.host_budget(63, 1.6) == 7 and steep.host_budget(63, 2.0) == 15
     assert flat.host_budget(63, 1.6) == 63 and flat.host_budget(20, 1.6) == 20
     assert steep.host_budget(63, None) == 63 and Pruner().host_budget(63, 1.6) == 63  # off / not measured
 
@@ -91,15 +93,15 @@ def pair_drafting():
 def cost_curve(engine, ms: dict, pinned: bool = False):
     """Run with this verification cost curve, then restore the engine's own. pinned: the rounds do not
     re-measure it (the real times would otherwise replace the curve under test after the first round)."""
-    cost = engine.pruner.verify_cost
-    saved = dict(cost.ms)
-    cost.ms = dict(ms)
+    cost, pruner = engine.pruner.verify_cost, engine.pruner
+    saved, saved_b = copy.deepcopy(cost.samples), pruner.host_b
+    cost.ms, pruner.host_b = dict(ms), None
     if pinned:
         cost.observe = lambda n, ms: None
     try:
         yield
     finally:
-        cost.ms = saved
+        cost.samples, pruner.host_b = saved, saved_b
         cost.__dict__.pop("observe", None)
 
 
@@ -151,7 +153,7 @@ def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_dr
             assert set(probes) <= set(engine.pruner.verify_cost.ms)  # rounds may add the sizes they verified
             first_start = events.index(("start", None))
             assert sorted({n for _, n in events[:first_start]}) == probes  # every probe before the start
-            assert len(events[:first_start]) == 1 + 2 * len(probes)  # a warm-up, then two interleaved passes
+            assert len(events[:first_start]) == 1 + 3 * len(probes)  # a warm-up, then three interleaved passes
             assert len(events[first_start + 1:]) == len(res.rounds)  # then one verification per round
             engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
             assert events[first_start + 1 + len(res.rounds)] == ("start", None)  # calibrated once: no new probe

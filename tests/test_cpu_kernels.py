@@ -3,10 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from treegraft.cpu_kernels import BUCKETS, KernelTable, choose, measure, use_cpu_kernels
+from treegraft.cpu_kernels import BUCKETS, KernelTable, choose, measure, packed_ops, packed_unavailable, use_cpu_kernels
 
-ALL = {b: True for b in BUCKETS}
-NONE = {b: False for b in BUCKETS}
+FORCED = {p: {b: p for b in BUCKETS} for p in ("stock", "weight_left", "packed")}
 
 
 def inputs(features: int):
@@ -18,32 +17,48 @@ class WithHead(torch.nn.Module):
     def __init__(self, bias=False):
         super().__init__()
         self.body = torch.nn.Linear(32, 48, bias=bias)
-        self.lm_head = torch.nn.Linear(48, 500, bias=False)
+        self.lm_head = torch.nn.Linear(48, 504, bias=False)
 
     def get_output_embeddings(self):
         return self.lm_head
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("forced", ["all", "none"])
+@pytest.mark.parametrize("forced", ["weight_left", "packed", "stock"])
 def test_every_path_matches_stock_at_every_row_count(bias, forced):
+    if forced == "packed" and packed_ops() is None:
+        pytest.skip(f"packed kernel not available here: {packed_unavailable()}")
     torch.manual_seed(0)
     model = WithHead(bias)
     xs = inputs(32)
     ref = {rows: F.linear(x, model.body.weight, model.body.bias) for rows, x in xs.items()}
     head_ref = {rows: F.linear(r, model.lm_head.weight) for rows, r in ref.items()}
-    flags = ALL if forced == "all" else NONE
-    use_cpu_kernels(model, KernelTable(body=dict(flags), head=dict(flags)))
+    use_cpu_kernels(model, KernelTable(body=dict(FORCED[forced]), head=dict(FORCED[forced])))
     for rows, want in ref.items():
         got = model.body(xs[rows])
         assert got.shape == want.shape
-        if forced == "none" or rows > BUCKETS[-1]:
+        if forced == "stock" or rows > BUCKETS[-1]:
             assert torch.equal(got, want)  # the stock path
         else:
             assert torch.allclose(got, want, atol=1e-5)
         head = model.lm_head(want)
         assert head.shape == head_ref[rows].shape and torch.allclose(head, head_ref[rows], atol=1e-5)
-    assert (model.lm_head.weight_t is not None) == (forced == "all")  # the 1-row copy only when used
+    assert (model.lm_head.weight_t is not None) == (forced == "weight_left")  # the 1-row copy only when used
+    assert (model.body.weight_packed is not None) == (forced == "packed")  # the packed copy only when used
+
+
+def test_a_packed_row_does_not_depend_on_its_batch():
+    """The packed kernel computes each output as one FMA chain over k, whatever the number of rows: a row
+    computed alone equals the same row computed among 1-40 others, bit for bit."""
+    if packed_ops() is None:
+        pytest.skip(f"packed kernel not available here: {packed_unavailable()}")
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(576, 192, bias=False)
+    use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed"])))
+    x = torch.randn(40, 576)
+    alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
+    for rows in (2, 5, 8, 13, 40):
+        assert torch.equal(layer(x[:rows]), alone[:rows])
 
 
 def test_the_measured_table_follows_the_clock():
@@ -58,9 +73,10 @@ def test_the_measured_table_follows_the_clock():
         return (1.0 if rows <= 4 else 3.0) if alt else 2.0
 
     clock.calls, clock.rows = [], list(BUCKETS)
-    ms = measure(layer, "body", clock=clock)
-    assert choose(ms) == {b: b <= 4 for b in BUCKETS}
-    assert choose({8: (10.0, 9.5)}) == {8: False}  # a 5% gain is within noise: stay stock
+    ms = measure(layer, "body", clock=clock, paths=("stock", "weight_left"))
+    assert choose(ms) == {b: "weight_left" if b <= 4 else "stock" for b in BUCKETS}
+    assert choose({8: {"stock": 10.0, "weight_left": 9.5}}) == {8: "stock"}  # 5% is within noise: stay stock
+    assert choose({8: {"stock": 10.0, "weight_left": 8.0, "packed": 5.0}}) == {8: "packed"}  # the fastest
 
 
 def test_loading_measures_a_table_on_this_host():
@@ -68,6 +84,7 @@ def test_loading_measures_a_table_on_this_host():
     table = use_cpu_kernels(model)
     assert model.kernel_table is table
     assert set(table.body) == set(BUCKETS) == set(table.head)
-    assert all(stock > 0 and alt > 0 for stock, alt in table.ms["body"].values())
+    assert all(t > 0 for per in table.ms["body"].values() for t in per.values())
+    assert ("packed" in table.ms["body"][1]) == (packed_ops() is not None)
     x = torch.randn(1, 3, 32)
     assert torch.allclose(model.body(x), F.linear(x, model.body.weight, model.body.bias), atol=1e-5)

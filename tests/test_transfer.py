@@ -21,7 +21,7 @@ DEPTH = 3
 def fingerprint(engine):
     p = engine.pruner
     return (sorted(p.verify_cost.ms.items()), p.acceptance.hits.tolist(), p.acceptance.trials.tolist(),
-            sorted(engine.timing_ms.items()), p.idle)
+            sorted(engine.timing_ms.items()), p.idle, p.host_b, p.row_ms)
 
 
 def test_two_trials_of_one_schedule_from_one_state_agree(engine):

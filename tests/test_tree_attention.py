@@ -37,17 +37,46 @@ def prefix(engine):
     return engine.encode("Tell me about the history of the bicycle.")
 
 
-def test_target_tree_logits_equal_plain_causal_pass(fp32_pair, prefix):
-    target = TargetModel(fp32_pair.target)
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_target_tree_logits_equal_plain_causal_pass(fp32_pair, prefix, lazy):
+    target = TargetModel(fp32_pair.target, lazy=lazy)
     target.start(prefix)
     tree = random_tree(prefix[-1], 40, 2000, seed=1)
     nodes = np.arange(tree.n)
     tree.kept[:] = True
-    logits = target.verify(tree, nodes)  # [n, vocab]
+    logits = target.verify(tree, nodes)
+    assert (logits.all is None) == lazy and len(logits) == tree.n
     for v in range(0, tree.n, 3):
         path = [int(tree.token[u]) for u in path_to(tree, v)][1:]
         ref = plain_logits(fp32_pair.target, prefix + path)
-        assert torch.allclose(logits[v], ref, atol=ATOL), (v, (logits[v] - ref).abs().max())
+        assert torch.allclose(logits.row(v), ref, atol=ATOL), (v, (logits.row(v) - ref).abs().max())
+    if lazy:  # the root's row came with the forward; the others one by one, as they were read
+        assert sorted(logits.computed) == list(range(0, tree.n, 3)) and len(logits.extra_ms) == len(logits.computed) - 1
+
+
+def test_lazy_acceptance_reads_only_the_rows_it_walks(fp32_pair, prefix):
+    """Greedy acceptance of a tree grown along the target's own greedy path: the walk computes the logits of the
+    root and of each accepted node, no other row; the result equals the eager walk's."""
+    from treegraft.accept import accept
+    from treegraft.config import GenerationConfig
+
+    results = {}
+    for lazy in (False, True):
+        target = TargetModel(fp32_pair.target, lazy=lazy)
+        target.start(prefix)
+        greedy = [int(plain_logits(fp32_pair.target, prefix).argmax())]
+        greedy.append(int(plain_logits(fp32_pair.target, prefix + greedy).argmax()))
+        tree = random_tree(prefix[-1], 30, 2000, seed=3)
+        u, _ = add_child(tree, 0, greedy[0], -0.1, SMALL, 1)  # the target's choice, then its next one
+        add_child(tree, u, greedy[1], -0.1, SMALL, 2)
+        tree.kept[:tree.n] = True
+        logits = target.verify(tree, np.arange(tree.n))
+        acc = accept(tree, np.arange(tree.n), logits, GenerationConfig(max_new_tokens=4), None)
+        results[lazy] = (acc.path, acc.bonus)
+        assert acc.accepted_tokens >= 2
+        if lazy:
+            assert sorted(logits.computed) == sorted(acc.rows)
+    assert results[True] == results[False]
 
 
 def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(lm_pair, prefix):

@@ -15,6 +15,7 @@ import torch
 from .config import GenerationConfig
 from .profile import profiled
 from .sampling import draw, processed_probs
+from .target import TreeLogits
 from .tree import DraftTree
 
 
@@ -50,10 +51,7 @@ def next_token(logits: torch.Tensor, gen: GenerationConfig, generator: torch.Gen
 
 
 @profiled("accept")
-def accept(tree: DraftTree, nodes: np.ndarray, logits: torch.Tensor, gen: GenerationConfig,
+def accept(tree: DraftTree, nodes: np.ndarray, logits: TreeLogits, gen: GenerationConfig,
            generator: torch.Generator | None) -> Acceptance:
-    """Walk root + kept nodes (index order) with their target logits [n, vocab]."""
-    if gen.greedy:
-        best = logits.argmax(-1).tolist()  # [n]
-        return _walk(tree, nodes, lambda r: best[r])
-    return _walk(tree, nodes, lambda r: next_token(logits[r], gen, generator))
+    """Walk root + kept nodes (index order), reading the target's logits only at the rows the walk reaches."""
+    return _walk(tree, nodes, lambda r: next_token(logits.row(r), gen, generator))

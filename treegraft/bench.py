@@ -199,7 +199,7 @@ def overhead(rs: list[dict]) -> dict:
     return {"profile_ms_per_round": parts, "overhead_share": book / total if total else None}
 
 
-def write_outputs(out: Path, rows: list[dict], meta: dict) -> dict:
+def write_outputs(out: Path, rows: list[dict], meta: dict, png: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     summary = {"overall": summarise(rows), "per_category": summarise(rows, "category")}
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
@@ -210,7 +210,7 @@ def write_outputs(out: Path, rows: list[dict], meta: dict) -> dict:
         w.writerows(rows)
     from .bench_plots import write_plots
 
-    pngs = write_plots(out, summary)
+    pngs = write_plots(out, summary, png)
     (out / "report.md").write_text(report(summary, meta) + "".join(f"\n![{p[:-4]}]({p})\n" for p in pngs))
     return summary
 
@@ -222,10 +222,9 @@ def fmt(v, spec=".2f"):
 def report(summary: dict, meta: dict) -> str:
     lines = [f"# TreeGraft benchmark: pair `{meta['pair']}`", "",
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
-             f"Verification cost T(n) ms (the pruner's curve): {meta.get('verify_ms') or '-'}; B_ver on this "
-             f"host: {meta.get('host_budget') or '-'}  ",
+             f"Background load: {meta.get('background_load', 0)} CPU-bound process(es) beside the run  ",
              f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
-             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", "",
+             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + ["",
              "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
              "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -246,6 +245,25 @@ def report(summary: dict, meta: dict) -> str:
     return "\n".join(lines + category_table(summary, cats, "speedup_ci95", "95% interval of the speedup per category")
                      + category_table(summary, cats, "mid_call_rate_per_step", "Mid calls per draft step, per category")
                      + mid_cost_table(summary) + overhead_table(summary)) + "\n"
+
+
+def cost_table(meta: dict) -> list[str]:
+    """The host's verification cost T(tokens) (the pruner's monotone fit after calibration), against T(1) and the
+    memory floor, and the B_ver it allows."""
+    host = meta.get("host") or {}
+    curve = {int(k): v for k, v in (host.get("verify_ms") or {}).items()}
+    if not curve:
+        return ["Verification cost: not measured (no adaptive budget in this run)  "]
+    t1 = curve.get(1)
+    lines = ["## Verification cost on this host", "",
+             f"One target forward over n tokens (root + n - 1 tree nodes), ms; memory floor of a step (reading every "
+             f"weight once) {fmt(host.get('memory_floor_ms'), '.1f')} ms; one more logits row (lazy head) "
+             f"{fmt(host.get('row_ms'), '.1f')} ms. **B_ver on this host: {host.get('b_ver')}** nodes.", "",
+             "| tokens | " + " | ".join(str(n) for n in curve) + " |", "|---|" + "---|" * len(curve),
+             "| T ms | " + " | ".join(f"{v:.1f}" for v in curve.values()) + " |"]
+    if t1:
+        lines.append("| / T(1) | " + " | ".join(f"{v / t1:.2f}" for v in curve.values()) + " |")
+    return lines
 
 
 def category_table(summary: dict, cats: list[str], key: str, title: str) -> list[str]:
@@ -291,11 +309,10 @@ def overhead_table(summary: dict) -> list[str]:
     return lines
 
 
-def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=None) -> dict:
-    """The run's settings and what the host measured (T(n) after the run, the B_ver it allows)."""
-    cost = engine.pruner.verify_cost
-    sized = engine.pruner.host_budget(drafting.budget, drafting.verify_cost_cap) if drafting and cost else None
+def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=None, background: int = 0) -> dict:
+    """The run's settings and what the host measured (the calibrated T(n), the memory floor, the B_ver it allows)."""
+    costs = engine.host_costs(drafting)
     return {"pair": pair, "dtype": engine.dtype_name, "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
-            "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "verify_ms": {int(k): round(v, 1) for k, v in sorted(cost.ms.items())}, "host_budget": sized}
+            "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M"), "background_load": background,
+            "host": costs, "host_budget": costs.get("b_ver")}

@@ -36,12 +36,15 @@ def cost_breakdown(summary: dict) -> go.Figure:
     return fig
 
 
-def write_plots(out: Path, summary: dict) -> list[str]:
-    """Writes NAME.html (and NAME.png where kaleido can start a browser); returns the PNG names written."""
+def write_plots(out: Path, summary: dict, png: bool = True) -> list[str]:
+    """Writes NAME.html (and NAME.png where kaleido can start a browser, unless png is False); returns the PNG
+    names written."""
     pngs = []
     for name, fig in (("speedup", speedup_by_category(summary)), ("accepted", accepted_by_method(summary)),
                       ("cost", cost_breakdown(summary))):
         fig.write_html(str(out / f"{name}.html"), include_plotlyjs=True)
+        if not png:
+            continue
         try:
             fig.write_image(str(out / f"{name}.png"), width=900, height=450)
             pngs.append(f"{name}.png")

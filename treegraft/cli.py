@@ -123,6 +123,7 @@ def _draft_vocab(args) -> int:
 def _bench(args) -> int:
     from .bench import bench_meta, parse_methods, run_bench, write_outputs
     from .engine import Engine
+    from .load import background_load
     from .models import load_pair_models
     from .prompts import load_prompts, select
 
@@ -135,10 +136,11 @@ def _bench(args) -> int:
     engine = Engine(load_pair_models(pair, args.dtype))
     others = {m.pair: Engine(load_pair_models(load_pair(m.pair, args.models), args.dtype))
               for m in methods if m.pair and m.pair != args.pair}  # methods labelled @PAIR
-    rows = run_bench(engine, prompts, methods, gen, args.repeats, progress=not args.json, others=others)
-    meta = bench_meta(args.pair, engine, prompts, gen, args.repeats, "python -m treegraft " + " ".join(sys.argv[1:]),
-                      drafting)
-    summary = write_outputs(Path(args.out), rows, meta)
+    with background_load(args.background_load):  # calibration and every timed run on the busy host
+        rows = run_bench(engine, prompts, methods, gen, args.repeats, progress=not args.json, others=others)
+        meta = bench_meta(args.pair, engine, prompts, gen, args.repeats,
+                          "python -m treegraft " + " ".join(sys.argv[1:]), drafting, args.background_load)
+    summary = write_outputs(Path(args.out), rows, meta, png=not args.no_png)
     if args.json:
         print(json.dumps({"meta": meta, "overall": {m: v["all"] for m, v in summary["overall"].items()}}))
     else:
@@ -259,6 +261,9 @@ def _add_bench(sub) -> None:
     b.add_argument("--depth", type=int, default=None)
     b.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     b.add_argument("--out", default="bench_out")
+    b.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="run N CPU-bound processes beside the whole run (a busy host; 0: none)")
+    b.add_argument("--no-png", action="store_true", help="write the plots as HTML only (no browser needed)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
 

@@ -109,6 +109,9 @@ class PairConfig(_Strict):
     scheduler: str | None = None
     small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs and the output head "
                                                         "as W @ x.T (treegraft/cpu_kernels.py)")
+    lazy_logits: Literal["auto", "on", "off"] = Field("auto", description="verification computes the target's "
+                                                      "logits only at the rows acceptance walks (treegraft/target.py); "
+                                                      "auto: on for a CPU, off for a GPU (a batched head is free there)")
     drafting: DraftingConfig = DraftingConfig()
     generation: GenerationConfig = GenerationConfig()
 

@@ -1,51 +1,92 @@
 """CPU paths for the small batches of speculative decoding, on the stock modules, chosen by measurement.
 
 A verification feeds the target a few to a few dozen tokens. On a CPU, `F.linear(x, W)`
-with a few rows may run BLAS's general matrix-matrix kernel, which can cost much more
-than the 1-row matrix-vector kernel of plain decoding; computing the same products as
-`W @ x.T` (the weight as the left operand), or against a transposed copy of W for one
-row of the tall output head, is faster on some hosts, row counts and dtypes and slower
-on others (measured: on a 2-core AVX2 machine in fp32, 2-8 body rows gain ~20%; on an
-AVX512-BF16 machine in bf16, 8 rows are slower). So nothing is assumed: at load,
-`use_cpu_kernels` times each path against the stock one, for one representative body
-layer and for the head, at every row bucket (1, 2, 4, ... 64) in the model's dtype, and
-routes each bucket to the faster path (`KernelTable`). Rows above the last bucket, and
-any bucket where the alternative is not clearly faster, stay stock.
+with a few rows runs BLAS's general matrix-matrix kernel, which costs much more than the
+1-row matrix-vector kernel of plain decoding (measured on a 2-core AVX2 machine, fp32: a
+forward of 8 tokens 1.8x one token). Three paths compute the same products:
 
-Same dot products in another loop order: results agree to float rounding, as any
-batched forward does. No modeling code is changed; whatever the model does after its
-head, such as soft-capping, still runs. Every method that runs the model uses them,
-the Hugging Face peers and AR included. Pair setting `small_batch_linear` (on by
-default; CPU only).
+- `stock`: F.linear;
+- `weight_left`: `W @ x.T` (the weight as the left operand), or for one row of the tall
+  output head a product against a transposed copy of W: faster on some hosts, row
+  counts and dtypes, slower on others;
+- `packed` (fp32, x86 with AVX2 + FMA): W packed once at load into contiguous blocks
+  of 8 output rows, read once per 8 rows of x by a small C++ kernel
+  (`kernels/packed_gemm.cpp`, built on first use with torch's extension builder and
+  cached). Every output is the same FMA chain over k whatever the batch, so a tree row
+  equals the row of a one-token forward. Where it cannot be built the other two remain.
+
+Nothing is assumed: at load, `use_cpu_kernels` times every available path for one
+representative body layer and for the head, at every row bucket (1, 2, 4, ... 64) in
+the model's dtype, and routes each bucket to the fastest path that beats stock by 10%
+(`KernelTable`). Rows above the last bucket stay stock. Results agree with F.linear to
+float rounding, as any batched forward does. No modeling code is changed; whatever the
+model does after its head still runs. Every method that runs the model uses them, the
+Hugging Face peers and AR included. Pair setting `small_batch_linear` (on by default;
+CPU only).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured at load; a batch uses the smallest bucket >= its rows
-MIN_GAIN = 0.9  # the alternative path must take at most 90% of the stock time to be chosen
+MIN_GAIN = 0.9  # another path must take at most 90% of the stock time to be chosen
 TRANSPOSED_COPY_MAX_BYTES = 512 << 20  # the head's transposed copy (for 1 row), if it is this small
+PATHS = ("stock", "weight_left", "packed")
+SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
 
 
 @dataclass
 class KernelTable:
-    """Per row bucket: use the alternative path (True) or the stock F.linear (False); ms measured for both."""
+    """Per row bucket, the path each part takes; ms measured per path."""
 
-    body: dict[int, bool] = field(default_factory=dict)
-    head: dict[int, bool] = field(default_factory=dict)
-    ms: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)  # part -> rows -> (stock, alt)
+    body: dict[int, str] = field(default_factory=dict)
+    head: dict[int, str] = field(default_factory=dict)
+    ms: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # part -> rows -> path -> ms
+    packed_note: str = ""  # why the packed path is not available, if it is not
 
     @staticmethod
     def bucket(rows: int) -> int | None:
         return next((b for b in BUCKETS if rows <= b), None)
 
-    def use(self, part: str, rows: int) -> bool:
+    def path(self, part: str, rows: int) -> str:
         b = self.bucket(rows)
-        return b is not None and getattr(self, part).get(b, False)
+        return "stock" if b is None else getattr(self, part).get(b, "stock")
+
+
+_ops: dict[str, object] = {}
+
+
+def packed_ops():
+    """The packed kernel's module (built once per machine, then loaded from torch's extension cache), or None
+    where it cannot run here (the reason in `packed_unavailable()`)."""
+    if "ops" not in _ops:
+        _ops["ops"], _ops["why"] = None, ""
+        cap = torch.backends.cpu.get_cpu_capability()
+        if cap not in ("AVX2", "AVX512"):
+            _ops["why"] = f"this CPU's vector capability is {cap}, the kernel needs AVX2 + FMA"
+        else:
+            try:
+                from torch.utils.cpp_extension import load
+
+                _ops["ops"] = load("treegraft_packed_gemm_v1", [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma"],
+                                   verbose=False)
+            except Exception as err:  # no compiler, no ninja, a read-only cache: the other paths remain
+                _ops["why"] = f"could not build kernels/packed_gemm.cpp ({type(err).__name__}: {str(err)[:200]})"
+    return _ops["ops"]
+
+
+def packed_unavailable() -> str:
+    packed_ops()
+    return _ops["why"]
+
+
+def packable(layer: torch.nn.Linear) -> bool:
+    return layer.weight.dtype == torch.float32 and layer.out_features % 8 == 0
 
 
 def _weight_left(layer: torch.nn.Linear, x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -60,20 +101,30 @@ def _transposed(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return (y if layer.bias is None else y + layer.bias).reshape(*x.shape[:-1], -1)
 
 
-def body_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int) -> torch.Tensor:
+    y = packed_ops().packed_linear(x.reshape(rows, -1), layer.weight_packed)  # [rows, out]
+    if layer.bias is not None:
+        y = y + layer.bias
+    return y.reshape(*x.shape[:-1], -1)
+
+
+def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     rows = x.numel() // x.shape[-1]
-    if not self.kernels.use("body", rows):
-        return F.linear(x, self.weight, self.bias)
-    return _weight_left(self, x, rows)
+    if path == "packed" and getattr(layer, "weight_packed", None) is not None:
+        return _packed(layer, x, rows)
+    if path == "weight_left":
+        if rows == 1 and getattr(layer, "weight_t", None) is not None:
+            return _transposed(layer, x)
+        return _weight_left(layer, x, rows)
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def body_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return run_path(self, self.kernels.path("body", x.numel() // x.shape[-1]), x)
 
 
 def head_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    rows = x.numel() // x.shape[-1]
-    if not self.kernels.use("head", rows):
-        return F.linear(x, self.weight, self.bias)
-    if rows == 1 and self.weight_t is not None:
-        return _transposed(self, x)
-    return _weight_left(self, x, rows)
+    return run_path(self, self.kernels.path("head", x.numel() // x.shape[-1]), x)
 
 
 def _best_ms(fn, reps: int) -> float:
@@ -87,24 +138,32 @@ def _best_ms(fn, reps: int) -> float:
 
 
 @torch.no_grad()
-def measure(layer: torch.nn.Linear, part: str, reps: int = 3, clock=_best_ms) -> dict[int, tuple[float, float]]:
-    """{rows: (stock ms, alternative ms)} at every bucket, in the layer's dtype."""
+def measure(layer: torch.nn.Linear, part: str, reps: int = 3, clock=_best_ms, paths=PATHS) -> dict[int, dict[str, float]]:
+    """{rows: {path: ms}} at every bucket, in the layer's dtype, for the paths the layer can take here."""
     out = {}
     for rows in BUCKETS:
         x = torch.randn(1, rows, layer.in_features, dtype=layer.weight.dtype)
-        alt = (lambda: _transposed(layer, x)) if part == "head" and rows == 1 and layer.weight_t is not None \
-            else (lambda: _weight_left(layer, x, rows))
-        out[rows] = (clock(lambda: F.linear(x, layer.weight, layer.bias), reps), clock(alt, reps))
+        out[rows] = {p: clock(lambda p=p: run_path(layer, p, x), reps) for p in paths}
     return out
 
 
-def choose(ms: dict[int, tuple[float, float]]) -> dict[int, bool]:
-    return {rows: alt <= MIN_GAIN * stock for rows, (stock, alt) in ms.items()}
+def choose(ms: dict[int, dict[str, float]]) -> dict[int, str]:
+    """Per bucket: the fastest path, if it takes at most MIN_GAIN of the stock time; else stock."""
+    out = {}
+    for rows, t in ms.items():
+        best = min(t, key=t.get)
+        out[rows] = best if t[best] <= MIN_GAIN * t["stock"] else "stock"
+    return out
+
+
+def _pack(layer: torch.nn.Linear) -> None:
+    layer.weight_packed = packed_ops().pack(layer.weight.detach())
 
 
 def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) -> KernelTable:
-    """Route the model's Linear layers and its output head through the faster path per row bucket, measured
-    here (or as `table` says). Returns the table (also at `model.kernel_table`)."""
+    """Route the model's Linear layers and its output head through the fastest path per row bucket, measured
+    here (or as `table` says). Returns the table (also at `model.kernel_table`). Copies of a weight (packed,
+    transposed) are kept only where the table uses them."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head = head if isinstance(head, torch.nn.Linear) else None
     body = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
@@ -112,21 +171,33 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) ->
         w = head.weight
         small = w.numel() * w.element_size() <= TRANSPOSED_COPY_MAX_BYTES
         head.weight_t = w.detach().t().contiguous() if small else None  # [hidden, V]
+    parts = {"body": [m for m in body if packable(m)], "head": [head] if head is not None and packable(head) else []}
+    can_pack = bool(parts["body"] or parts["head"]) and packed_ops() is not None
     if table is None:
-        table = KernelTable()
-        if body:
-            table.ms["body"] = measure(max(body, key=lambda m: m.weight.numel()), "body")
-            table.body = choose(table.ms["body"])
-        if head is not None:
-            table.ms["head"] = measure(head, "head")
-            table.head = choose(table.ms["head"])
+        table = KernelTable(packed_note=packed_unavailable() if not can_pack else "")
+        for part, layers in (("body", body), ("head", [head] if head is not None else [])):
+            if not layers:
+                continue
+            probe = max(layers, key=lambda m: m.weight.numel())
+            paths = PATHS if can_pack and packable(probe) else PATHS[:2]
+            if "packed" in paths:
+                _pack(probe)
+            table.ms[part] = measure(probe, part, paths=paths)
+            setattr(table, part, choose(table.ms[part]))
+    for part, layers in parts.items():
+        uses_packed = "packed" in getattr(table, part).values() and packed_ops() is not None
+        for m in layers:
+            if uses_packed and getattr(m, "weight_packed", None) is None:
+                _pack(m)
+            elif not uses_packed:
+                m.weight_packed = None
     for m in body:
         m.kernels = table
         m.forward = body_forward.__get__(m)
     if head is not None:
         head.kernels = table
         head.forward = head_forward.__get__(head)
-        if not table.head.get(1, False):
+        if table.head.get(1) != "weight_left":
             head.weight_t = None  # the copy is not used: do not keep it
     model.kernel_table = table
     return table

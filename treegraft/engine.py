@@ -68,6 +68,8 @@ class Verified:
     acc: Acceptance
     draft_s: float
     verify_s: float  # prune + verification forward + acceptance
+    forward_ms: float = 0.0  # the verification forward alone (T(n) learns from it)
+    row_ms: float | None = None  # mean time of a logits row computed lazily during acceptance (None: none was)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class Engine:
         self.pair = pair
         self.tokenizer = pair.tokenizer
         self.mid = make_mid_drafter(pair)
-        self.target = TargetModel(pair.target, keep_features=self.mid.needs_target_features)
+        lazy = pair.config.lazy_logits == "on" or (pair.config.lazy_logits == "auto" and pair.device.type == "cpu")
+        self.target = TargetModel(pair.target, keep_features=self.mid.needs_target_features, lazy=lazy)
         self.device = self.target.device
         gc_eos = pair.target.generation_config.eos_token_id
         eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos] if gc_eos is not None else [])
@@ -106,6 +109,18 @@ class Engine:
 
     def restore(self, state: EngineState) -> None:
         self.pruner, self.timing_ms = copy.deepcopy(state.pruner), dict(state.timing_ms)
+
+    def host_costs(self, drafting: DraftingConfig | None = None) -> dict:
+        """What this host measured: T(n) by tokens verified (n + 1 with the root; the pruner's monotone fit), the
+        memory floor of a step, a lazily computed logits row, and the B_ver the curve allows."""
+        cost = self.pruner.verify_cost
+        if not cost:
+            return {}
+        b = self.pruner.host_budget(drafting.budget, drafting.verify_cost_cap) if drafting else self.pruner.host_b
+        curve = {n + 1: round(t, 2) for n, t in cost.ms.items() if (n + 1) & n == 0 or n == max(cost.ms)}
+        return {"verify_ms": curve,
+                "memory_floor_ms": round(self.target.memory_floor_ms(), 2), "row_ms": round(self.pruner.row_ms, 2),
+                "b_ver": b}
 
     @property
     def dtype_name(self) -> str:
@@ -136,8 +151,10 @@ class Engine:
                                   s.drafting.verify_cost_cap)
         nodes = np.concatenate([[0], kept])                                     # root + kept, index order
         logits = self.target.verify(tree, nodes)                                # one tree-masked forward
+        forward_ms = self.target.forward_ms
         acc = accept(tree, nodes, logits, s.gen, s.generator)                   # greedy walk or sampling
-        return Verified(tree, steps, kept, acc, draft_s, watch.lap())
+        row_ms = float(np.mean(logits.extra_ms)) if logits.extra_ms else None
+        return Verified(tree, steps, kept, acc, draft_s, watch.lap(), forward_ms, row_ms)
 
     def speculative_round(self, s: Session) -> RoundTrace:
         watch = Stopwatch(self.device)
@@ -166,7 +183,8 @@ class Engine:
             if step.action == "mid":
                 s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * step.draft_s)
         if s.drafting.adaptive_budget:
-            self.pruner.learn(v.tree, v.kept, v.acc.path, 1000 * v.verify_s)
+            self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
+                              s.drafting.verify_cost_cap)
 
     def commit(self, s: Session, tree: DraftTree, acc: Acceptance) -> list[int]:
         """Commit the accepted path + the bonus token; both caches keep exactly prefix + path."""
@@ -218,7 +236,7 @@ class Engine:
             s.ngram.extend(prompt_ids)
             s.notes += [plan.note] if plan.note else []
             if drafting.adaptive_budget:  # once per engine; generate() does it off the clock
-                self.pruner.calibrate(self.target, s.committed, drafting.budget)
+                self.pruner.calibrate(self.target, s.committed, drafting.budget, drafting.verify_cost_cap)
             s.verify_growth = self.pruner.verify_cost.growth()
         self.target.start(s.committed)
         self.mid.start(self.target.features)
@@ -254,7 +272,8 @@ class Engine:
         if method.hf_peer:
             return self.generate_hf(prompt_ids, method, gen, seed)
         if method.drafts and drafting.adaptive_budget:
-            self.pruner.calibrate(self.target, prompt_ids, drafting.budget)  # off the clock, like model loading
+            self.pruner.calibrate(self.target, prompt_ids, drafting.budget,  # off the clock, like model loading
+                                  drafting.verify_cost_cap)
         watch = Stopwatch(self.device)
         s = self.start(prompt_ids, method, drafting, gen, seed)
         prefill = watch.lap()
@@ -269,9 +288,11 @@ class Engine:
         new = self.trim(s.new_tokens, s.gen.max_new_tokens)
         settings = {"drafting": drafting.model_dump(), "generation": gen.model_dump(), "seed": seed,
                     "eg": method.eg, "nd": method.nd}
-        return self.result(method.label, prompt_ids, new, watch.total(), prefill, settings, rounds=traces,
+        wall = watch.total()
+        return self.result(method.label, prompt_ids, new, wall, prefill, settings, rounds=traces,
                            token_strings=self.token_strings(traces), notes=s.notes,
-                           stopped=stopped or self.finished(s) or "length")
+                           stopped=stopped or self.finished(s) or "length",
+                           host=self.host_costs(drafting) if method.drafts else {})
 
     def generate_hf(self, prompt_ids, method, gen, seed) -> GenerationResult:
         """A Hugging Face peer (prompt lookup / assisted generation) on the same models: wall time only."""

@@ -33,6 +33,8 @@ are unchanged (acceptance is lossless for any tree, including none).
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from .kv import timed
@@ -83,48 +85,82 @@ class AcceptanceModel:
         np.add.at(self.hits, (who, b), on_path[tried].astype(float))
 
 
+WINDOW = 9  # recent timings kept per node count: the curve reads their median
+
+
+def isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to y in weighted least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for yi, wi in zip(y.tolist(), w.tolist()):
+        blocks.append([yi, wi, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2, c2 = blocks.pop()
+            m1, w1, c1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    return np.concatenate([np.full(c, m) for m, _, c in blocks]) if blocks else np.zeros(0)
+
+
 class VerifyCost:
-    """T(n): verification wall time (ms) for n non-root nodes, running means per measured n."""
+    """T(n): verification wall time (ms) for n non-root nodes, robust to load.
+
+    Each measured n keeps its last WINDOW timings (calibration probes and committed rounds alike); the
+    curve is the weighted isotonic (non-decreasing) fit of their medians, so one slow probe or a burst
+    of other load moves it little, and a noisy sample can never make more nodes look cheaper."""
 
     def __init__(self):
-        self.ms: dict[int, float] = {}
+        self.samples: dict[int, deque] = {}
 
     def __bool__(self) -> bool:
-        return 0 in self.ms and len(self.ms) > 1
+        return 0 in self.samples and len(self.samples) > 1
 
     def observe(self, n: int, ms: float) -> None:
-        old = self.ms.get(n)
-        self.ms[n] = ms if old is None else 0.8 * old + 0.2 * ms
+        self.samples.setdefault(int(n), deque(maxlen=WINDOW)).append(float(ms))
+
+    @property
+    def ms(self) -> dict[int, float]:
+        """{n: fitted T(n)} at every measured n."""
+        keys = sorted(self.samples)
+        med = np.array([np.median(self.samples[k]) for k in keys])
+        fit = isotonic(med, np.array([len(self.samples[k]) for k in keys], dtype=float))
+        return {k: float(t) for k, t in zip(keys, fit)}
+
+    @ms.setter
+    def ms(self, table: dict[int, float]) -> None:
+        self.samples = {}
+        for n, t in table.items():
+            self.observe(n, t)
 
     def largest_within(self, cap: float) -> int:
         """The largest measured n with T(n) <= cap x T(0) (at least 1)."""
-        keys = np.array(sorted(self.ms))
-        t = self(keys)
-        return int(max(1, keys[t <= cap * t[0]].max()))
+        curve = self.ms
+        return int(max([1] + [n for n, t in curve.items() if t <= cap * curve[0]]))
 
     def growth(self, n: int = 8) -> float:
         """log T(n) / T(0): how fast verification cost grows with the tree here (0 before calibration)."""
         return float(np.log(self(np.array([n]))[0] / self.ms[0])) if self else 0.0
 
     def __call__(self, n: np.ndarray) -> np.ndarray:
-        """T at n, interpolated; made non-decreasing in n (more nodes never cost less; the means are noisy)."""
-        keys = np.array(sorted(self.ms))
-        return np.interp(n, keys, np.maximum.accumulate([self.ms[k] for k in keys]))
+        """T at n, interpolated on the monotone fit."""
+        curve = self.ms
+        return np.interp(n, list(curve), list(curve.values()))
 
 
 def probe_sizes(budget: int) -> list[int]:
-    """The node counts the first probe measures: 0, 1, 2, 4, ... and B_ver."""
-    sizes = [0] + [1 << i for i in range(10) if 1 << i < budget]
+    """The node counts the calibration measures: 0, 1, 3, 7, 15, ... (1, 2, 4, 8, 16, ... tokens with the root,
+    the row buckets of treegraft/cpu_kernels.py) below B_ver, and B_ver."""
+    sizes = [(1 << i) - 1 for i in range(10) if (1 << i) - 1 < budget]
     return sizes + [budget]
 
 
-def choose(pi: np.ndarray, cost: VerifyCost) -> tuple[np.ndarray, float]:
-    """(order of the chosen nodes, best n's gain): the top-n nodes by pi maximising E_n - (T(n) - T(0)) / T(0)."""
+def choose(pi: np.ndarray, cost: VerifyCost, row_ms: float = 0.0) -> tuple[np.ndarray, float]:
+    """(order of the chosen nodes, best n's gain): the top-n nodes by pi maximising
+    E_n (1 - row_ms / T(0)) - (T(n) - T(0)) / T(0); row_ms: what each accepted token adds to the round
+    (its logits row, computed lazily; 0 where the head runs over every row in the forward)."""
     order = np.lexsort((np.arange(len(pi)), -pi))  # ties: index order keeps parents first
     n = np.arange(len(pi) + 1)
     expected = np.concatenate([[0.0], np.cumsum(pi[order])])  # [n + 1] E_n
     t = cost(n)
-    gain = expected - (t - t[0]) / t[0]
+    gain = expected * (1 - row_ms / t[0]) - (t - t[0]) / t[0]
     best = int(np.argmax(gain))
     return order[:best], float(gain[best])
 
@@ -157,12 +193,22 @@ def prune(tree: DraftTree, budget: int) -> np.ndarray:
     return np.flatnonzero(kept[: tree.n])[1:]
 
 
+def bucket_of(n: int, sizes: list[int]) -> int:
+    """Index of the largest probe size <= n (B_ver moves between these buckets)."""
+    return max(i for i, b in enumerate(sizes) if b <= max(n, sizes[0]))
+
+
 class Pruner:
-    """B_ver, then the cost-aware cut; learns T(n) and the acceptance model from each verification."""
+    """B_ver, then the cost-aware cut; learns T(n) and the acceptance model from each verification.
+
+    B_ver on this host (`host_b`) is re-derived from the curve after every committed round, and moves at
+    most one probe bucket per update: a noisy minute can nudge it, never collapse it."""
 
     def __init__(self):
         self.acceptance = AcceptanceModel()  # learned across generations
         self.verify_cost = VerifyCost()
+        self.row_ms = 0.0  # the head over one more row (a lazily computed accepted row): running median
+        self.host_b: int | None = None  # B_ver on this host, once measured
         self.idle = 0  # committed rounds in a row that verified none of their drafted nodes
 
     @profiled("prune")
@@ -171,7 +217,7 @@ class Pruner:
         if not adaptive or not self.verify_cost:
             return prune(tree, budget)
         kept = prune(tree, self.host_budget(budget, cap))
-        order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost)
+        order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost, self.row_ms)
         if len(order) == 0 and self.idle >= EXPLORE_AFTER - 1:
             # Exploration: T(n) and the acceptance model learn only from what is verified, so one noisy
             # calibration (T(1) measured far above T(0)) could make the cut verify nothing ever again.
@@ -184,22 +230,47 @@ class Pruner:
 
     def host_budget(self, budget: int, cap: float | None) -> int:
         """B_ver on this host: the configured one, shrunk to what T(n) <= cap x T(0) allows (cap None: as set)."""
-        return budget if cap is None or not self.verify_cost else min(budget, self.verify_cost.largest_within(cap))
+        if cap is None or not self.verify_cost:
+            return budget
+        return min(budget, self.host_b if self.host_b is not None else self.curve_budget(budget, cap))
+
+    def curve_budget(self, budget: int, cap: float) -> int:
+        """What the curve alone allows, snapped down to a probe bucket."""
+        sizes = probe_sizes(budget)
+        return sizes[bucket_of(min(budget, self.verify_cost.largest_within(cap)), sizes)]
+
+    def update_host_budget(self, budget: int, cap: float | None) -> None:
+        """Move host_b one probe bucket toward what the curve now allows (set it outright the first time)."""
+        if cap is None or not self.verify_cost:
+            return
+        sizes, want = probe_sizes(budget), self.curve_budget(budget, cap)
+        if self.host_b is None:
+            self.host_b = want
+            return
+        i, j = bucket_of(self.host_b, sizes), bucket_of(want, sizes)
+        self.host_b = sizes[i + int(np.sign(j - i))]
 
     @profiled("prune")
-    def learn(self, tree: DraftTree, kept: np.ndarray, path: list[int], verify_ms: float) -> None:
-        """What the cut chose taught: T(len(kept)) and the acceptance of the verified nodes."""
+    def learn(self, tree: DraftTree, kept: np.ndarray, path: list[int], verify_ms: float, row_ms: float | None,
+              budget: int, cap: float | None) -> None:
+        """What the cut chose taught: T(len(kept)) (the forward's own time), the cost of one more head row, the
+        acceptance of the verified nodes, and B_ver on this host."""
         self.verify_cost.observe(len(kept), verify_ms)
+        if row_ms is not None:
+            self.row_ms = row_ms if self.row_ms == 0.0 else 0.9 * self.row_ms + 0.1 * row_ms
         self.acceptance.update(tree, kept, path)
         self.idle = self.idle + 1 if len(kept) == 0 and tree.n > 1 else 0  # learned here, so trials leave it
+        self.update_host_budget(budget, cap)
 
-    def calibrate(self, target, prompt_ids: list[int], budget: int, passes: int = 2) -> None:
+    def calibrate(self, target, prompt_ids: list[int], budget: int, cap: float | None = None, passes: int = 3,
+                  clock=None) -> None:
         """Seed T(n), once, by timing verifications of chains of the probe sizes on this prompt's prefilled
-        cache (then rolled back): one warm-up, then `passes` passes over all sizes, the fastest time of each
-        (interleaved passes, so a burst of other load does not bend the curve at one size). Runs before a
-        generation's clock starts, like model loading."""
+        cache (then rolled back): one warm-up, then `passes` interleaved passes over all sizes, every timing
+        kept (the curve reads their median, so one slow probe or a burst of other load does not bend it).
+        Runs before a generation's clock starts, like model loading. `clock`: seconds (a test scripts it)."""
         if self.verify_cost or len(prompt_ids) < 2:
             return
+        clock = clock or (lambda: timed(target.device))
         target.start(prompt_ids)
         last = prompt_ids[-1]
         sizes = probe_sizes(budget)
@@ -208,11 +279,10 @@ class Pruner:
             chains[n] = DraftTree.new(last, capacity=n + 1)
             for i in range(n):
                 add_child(chains[n], i, last, 0.0, SMALL, 1)
-        best = {n: float("inf") for n in sizes}
-        for n in [sizes[-1]] + sizes * passes:  # the first one warms up
-            t0 = timed(target.device)
+        for k, n in enumerate([sizes[-1]] + sizes * passes):  # the first one warms up
+            t0 = clock()
             target.verify(chains[n], np.arange(n + 1))
-            best[n] = min(best[n], 1000 * (timed(target.device) - t0))
+            if k:
+                self.verify_cost.observe(n, 1000 * (clock() - t0))
             target.rollback()
-        for n in sizes:
-            self.verify_cost.observe(n, best[n])
+        self.update_host_budget(budget, cap)

@@ -3,6 +3,15 @@
 The target's cache always holds every committed token but the last; the last one
 is the tree's root, fed at the head of each verification so that its output is
 the distribution of the first new token.
+
+Logits only where acceptance needs them (`lazy`). A verification runs the decoder
+over root + kept nodes, but acceptance reads the logits of the rows it walks: the
+root, then each accepted node, A + 1 rows of n. On a CPU the output head (vocab x
+hidden, the model's largest matrix) costs about as much per row as a whole decoder
+layer stack does for the few rows of a tree, so a lazy verification computes the
+root's row in the forward and every further row when acceptance reaches it
+(`TreeLogits.row`): the same per-row products, so greedy output is unchanged. On a
+GPU the head over all rows is as cheap as over one, and one batched call is kept.
 """
 from __future__ import annotations
 
@@ -10,31 +19,77 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from .kv import additive_mask, keep_slots
+from .kv import additive_mask, keep_slots, timed
 from .profile import profiled
 from .tree import DraftTree, batch_layout
 
+LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # configs that change logits
+
+
+class TreeLogits:
+    """The target's logits at the rows of one forward: all computed (eager), or the first row and then each row
+    when it is first read (lazy)."""
+
+    def __init__(self, features: torch.Tensor, head, lazy: bool):
+        self.features, self.head = features, head  # [n, H]; features -> logits
+        self.computed: dict[int, torch.Tensor] = {}  # row -> [vocab]
+        self.all = None if lazy else head(features)  # [n, vocab]
+        self.extra_ms: list[float] = []  # the wall time of each row computed after the forward
+        if lazy:
+            self.computed[0] = head(features[:1])[0]
+
+    def __len__(self) -> int:
+        return self.features.shape[0]
+
+    def row(self, i: int) -> torch.Tensor:
+        """[vocab] logits at row i (-1: the last row)."""
+        i = i % len(self)
+        if self.all is not None:
+            return self.all[i]
+        if i not in self.computed:
+            self.computed[i] = self._compute(i)
+        return self.computed[i]
+
+    @profiled("target_forward")
+    def _compute(self, i: int) -> torch.Tensor:
+        t0 = timed(self.features.device)
+        out = self.head(self.features[i:i + 1])[0]
+        self.extra_ms.append(1000 * (timed(self.features.device) - t0))
+        return out
+
 
 class TargetModel:
-    """`keep_features`: also keep the final normed hidden states of the last forward (`features`), which a
-    draft-head mid reads (treegraft/drafters/head.py); the logits are then the head module applied to them."""
+    """The forward runs the decoder (`model.model`) and keeps its final normed hidden states (`features`), which
+    a draft-head mid reads (treegraft/drafters/head.py); logits are the output head applied to them, at every row
+    or lazily (`lazy`: see the module's docstring). A model whose config post-processes its logits (soft-capping,
+    scaling) runs its stock forward instead, every row eager (`keep_features` is then not available)."""
 
-    def __init__(self, model, keep_features: bool = False):
+    def __init__(self, model, keep_features: bool = False, lazy: bool = False):
         self.model = model
         self.keep_features = keep_features
+        self.head_only = not any(getattr(model.config, a, None) for a in LOGIT_POSTPROCESSING)
+        if keep_features and not self.head_only:
+            raise ValueError(f"{type(model).__name__} post-processes its logits: a draft head cannot read its features")
+        self.lazy = lazy and self.head_only
         self.device = model.get_input_embeddings().weight.device
         self.dtype = next(model.parameters()).dtype
-        self.features: torch.Tensor | None = None  # [n, H] of the last forward (keep_features only)
+        self.features: torch.Tensor | None = None  # [n, H] of the last forward
+        self.forward_ms = 0.0  # wall time of the last forward (decoder + the logits it computes eagerly)
         self.cache = DynamicCache()
         self.cached = 0
 
     @profiled("target_forward")
-    def forward(self, ids: torch.Tensor, **kw) -> torch.Tensor:
-        """[1, n] ids -> [n, vocab] logits (the stock forward)."""
-        if not self.keep_features:
-            return self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0]
-        self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state[0]
-        return self.model.get_output_embeddings()(self.features)
+    def forward(self, ids: torch.Tensor, **kw) -> TreeLogits:
+        """[1, n] ids -> the logits at its n rows."""
+        t0 = timed(self.device)
+        if not self.head_only:
+            out = TreeLogits(self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0],
+                             lambda x: x, lazy=False)
+        else:
+            self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state[0]
+            out = TreeLogits(self.features, self.model.get_output_embeddings(), self.lazy)
+        self.forward_ms = 1000 * (timed(self.device) - t0)
+        return out
 
     @torch.no_grad()
     def start(self, committed: list[int]) -> None:
@@ -52,13 +107,13 @@ class TargetModel:
     @torch.no_grad()
     def decode_one(self, token: int) -> torch.Tensor:
         """Plain autoregressive step (no custom mask): [vocab] logits of the token after `token`."""
-        logits = self.forward(torch.tensor([[token]], device=self.device))  # [1, vocab]
+        logits = self.forward(torch.tensor([[token]], device=self.device))
         self.cached += 1
-        return logits[-1]
+        return logits.row(-1)
 
     @torch.no_grad()
-    def verify(self, tree: DraftTree, nodes: np.ndarray) -> torch.Tensor:
-        """One forward over root + kept nodes (index order): [n, vocab] target logits at each node."""
+    def verify(self, tree: DraftTree, nodes: np.ndarray) -> TreeLogits:
+        """One forward over root + kept nodes (index order): the target's logits at each node."""
         ids, mask, positions = self._layout(tree, nodes)
         return self.forward(ids, attention_mask=mask, position_ids=positions)
 
@@ -71,6 +126,21 @@ class TargetModel:
         ids = torch.from_numpy(tree.token[nodes])[None].to(self.device)  # [1, n]
         positions = torch.from_numpy(L + depth)[None].to(self.device)  # root sits at L = len(committed) - 1
         return ids, additive_mask(visible, self.dtype, self.device), positions
+
+    @torch.no_grad()
+    def memory_floor_ms(self, passes: int = 3) -> float:
+        """The memory floor of one decoding step here: the time to read every weight of the target once (a sum
+        over each parameter, best of `passes`). Measured once, then kept."""
+        if getattr(self, "_floor_ms", None) is None:
+            params = list(self.model.parameters())
+            best = float("inf")
+            for _ in range(passes + 1):  # the first pass warms up
+                t0 = timed(self.device)
+                for p in params:
+                    p.sum()
+                best = min(best, 1000 * (timed(self.device) - t0))
+            self._floor_ms = best
+        return self._floor_ms
 
     def rollback(self) -> None:
         """Drop whatever a verification appended (the cache holds the committed prefix again)."""

@@ -106,6 +106,7 @@ class GenerationResult:
     token_strings: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     stopped: str = "length"  # "length" | "eos" | "cancelled"
+    host: dict = field(default_factory=dict)  # this host's measured costs (Engine.host_costs): T(n), floor, B_ver
 
     @property
     def accepted(self) -> list[int]:
@@ -127,7 +128,7 @@ class GenerationResult:
             "mid_calls": sum(r.mid_calls for r in rounds),
             "sched_s": float(sum(s.sched_s for r in rounds for s in r.steps)),
             "dtype": self.dtype, "device": self.device, "settings": self.settings,
-            "notes": self.notes, "stopped": self.stopped,
+            "notes": self.notes, "stopped": self.stopped, "host": self.host,
         }
 
     def to_json(self) -> dict:

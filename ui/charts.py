@@ -92,6 +92,46 @@ def speedup_figure(runs: dict[str, dict], style: Style = NORMAL) -> go.Figure:
     return fig
 
 
+def cost_figure(host: dict, rounds: list[RoundTrace] = (), style: Style = NORMAL) -> go.Figure:
+    """This host's measured verification cost T(tokens) against one plain decoding step and the memory floor,
+    with each round of the run (tokens it verified, its verification time) and the B_ver the curve allows."""
+    fig = go.Figure()
+    curve = {int(k): float(v) for k, v in (host or {}).get("verify_ms", {}).items()}
+    if curve:
+        xs = sorted(curve)
+        fig.add_trace(go.Scatter(x=xs, y=[curve[x] for x in xs], mode="lines+markers", name="T(n) measured",
+                                 line={"color": COLORS["small"]},
+                                 hovertemplate="%{x} tokens: %{y:.1f} ms<extra></extra>"))
+        pts = [(int(sum(r.tree.kept)), 1000 * r.verify_s) for r in rounds if r.steps]
+        if pts:
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name="rounds",
+                                     marker={"color": "#bbb", "size": 5},
+                                     hovertemplate="round: %{x} tokens verified, t_V %{y:.1f} ms<extra></extra>"))
+        t1 = curve.get(1)
+        if t1:
+            fig.add_hline(y=t1, line={"dash": "dot", "color": "#333"}, annotation_text="one plain step",
+                          annotation_position="top left")
+        floor = host.get("memory_floor_ms")
+        if floor:
+            fig.add_hline(y=floor, line={"dash": "dash", "color": COLORS["mid"]},
+                          annotation_text="memory floor (read every weight once)", annotation_position="bottom right")
+        b = host.get("b_ver")
+        if b:
+            fig.add_vline(x=b + 1, line={"dash": "dash", "color": COLORS["accepted"]},
+                          annotation_text=f"B_ver here: {b}", annotation_position="top right")
+        t8 = curve.get(8)
+        title = "Verification cost on this host" + (f"<br>T(8) = {t8 / t1:.2f} x T(1)" if t1 and t8 else "")
+        top = max(list(curve.values()) + [p[1] for p in pts] + [floor or 0])
+        fig.update_xaxes(type="log", tickvals=xs, title="tokens verified (root + tree nodes)")
+        fig.update_yaxes(range=[0, 1.15 * top], title="ms")
+    else:
+        title = "Verification cost: not measured<br>(no adaptive budget in this run)"
+    fig.update_layout(title={"text": title, "font": {"size": style.title}, "x": 0.01}, template="plotly_white",
+                      height=style.chart_height, font={"size": style.font}, showlegend=False,
+                      margin={"l": 45, "r": 10, "t": 50 + 2 * style.title, "b": 45})
+    return fig
+
+
 def counters_caption(dtype: str, order: list[str]) -> str:
     """What the counters measure, true for the running dtype."""
     runs = ", ".join(order[1:]) if len(order) > 1 else "none"

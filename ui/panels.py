@@ -94,6 +94,7 @@ class RunPanel:
     trace_dl: gr.File
     fig_dl: gr.File
     state: gr.State
+    cost_plot: gr.Plot
 
     @classmethod
     def place(cls, state: gr.State, status: gr.Markdown) -> "RunPanel":
@@ -108,6 +109,7 @@ class RunPanel:
         with gr.Row(elem_classes=[HIDE_PRESENT]):
             speed_plot = gr.Plot(show_label=False, elem_id="speedup-plot")
             margin_plot = gr.Plot(show_label=False, elem_id="margin-plot")
+            cost_plot = gr.Plot(show_label=False, elem_id="cost-plot")
         output = gr.HighlightedText(label="Output (accepted draft tokens by drafter; bonus tokens from the target)",
                                     color_map=OUTPUT_COLORS, combine_adjacent=False, show_legend=True,
                                     show_inline_category=False, elem_id="output", elem_classes=[HIDE_PRESENT])
@@ -115,12 +117,13 @@ class RunPanel:
             trace_dl = gr.File(label="Download the run's trace (JSON)", elem_id="trace-file")
             fig_dl = gr.File(label="Download the tree (HTML, with its animation)", elem_id="figure-file")
         return cls(status, tree_plot, round_slider, show, caption, timeline_plot, counters, speed_plot, margin_plot,
-                   output, trace_dl, fig_dl, state)
+                   output, trace_dl, fig_dl, state, cost_plot)
 
     def api_outputs(self) -> list:
-        """The /generate outputs, in the API's order (status first, counters 5th, output 8th, trace 9th)."""
+        """The /generate outputs, in the API's order (status first, counters 5th, output 8th, trace 9th, the host's
+        cost curve last)."""
         return [self.status, self.tree_plot, self.round_slider, self.timeline_plot, self.counters, self.speed_plot,
-                self.margin_plot, self.output, self.trace_dl, self.fig_dl, self.state, self.caption]
+                self.margin_plot, self.output, self.trace_dl, self.fig_dl, self.state, self.caption, self.cost_plot]
 
     def slider(self, view: v.View) -> gr.Slider:
         n = len(view.result.rounds) if view.result else 0
@@ -145,7 +148,7 @@ class RunPanel:
         notes = "".join(f"  \nNote: {x}" for x in view.result.notes) if view.result and view.result.notes else ""
         return {**self.round_view(view), self.status: status + notes, self.counters: v.counters_value(view),
                 self.speed_plot: v.speed_value(view), self.margin_plot: v.margin_value(view),
-                self.output: v.output_value(view)}
+                self.output: v.output_value(view), self.cost_plot: v.cost_value(view)}
 
     def counters_update(self, view: v.View, status: str, with_files: bool = False) -> dict:
         """After each compared method: the counters (and at the end the files), the tree untouched."""
@@ -160,7 +163,8 @@ class RunPanel:
         """Presentation mode on or off: the figures again at the new size."""
         out = {self.tree_plot: v.tree_value(view), self.timeline_plot: v.timeline_value(view), self.state: view}
         if view.result:
-            out.update({self.speed_plot: v.speed_value(view), self.margin_plot: v.margin_value(view)})
+            out.update({self.speed_plot: v.speed_value(view), self.margin_plot: v.margin_value(view),
+                        self.cost_plot: v.cost_value(view)})
         return out
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, replace
 
 from treegraft.trace import GenerationResult, RoundTrace
 
-from .charts import counters_html, margin_figure, output_segments, speedup_figure
+from .charts import cost_figure, counters_html, margin_figure, output_segments, speedup_figure
 from .style import style_of
 from .timeline import timeline_figure
 from .tree_figure import latest_drafting_round, tree_figure
@@ -95,6 +95,11 @@ def speed_value(view: View, done_only: bool = True):
 
 def margin_value(view: View):
     return margin_figure(view.result.rounds if view.result else [], style_of(view.present))
+
+
+def cost_value(view: View):
+    res = view.result
+    return cost_figure(res.host if res else {}, res.rounds if res else [], style_of(view.present))
 
 
 def output_value(view: View):

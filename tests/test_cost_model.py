@@ -1,0 +1,97 @@
+"""The cost model that load cannot break (treegraft/prune.py): a monotone T(n) from interleaved, repeated probes,
+refined from rounds by medians, and a B_ver that moves at most one probe bucket per update. The probes' times
+come from a scripted clock (no wall clock), so every assertion here is about the arithmetic, not this host."""
+import numpy as np
+import pytest
+
+from treegraft.prune import Pruner, VerifyCost, bucket_of, isotonic, probe_sizes
+
+QUIET = {0: 60.0, 1: 80.0, 3: 84.0, 7: 90.0, 15: 110.0, 31: 150.0, 63: 220.0}  # ms per probe size (nodes)
+CAP = 1.6
+
+
+class ScriptedHost:
+    """A target whose verifications take scripted times on a scripted clock: `slow` maps a call index to a
+    factor (one probe 10x slow, say)."""
+
+    def __init__(self, table=QUIET, slow=None):
+        self.table, self.slow, self.now, self.calls = table, slow or {}, 0.0, 0
+        self.device = None
+
+    def clock(self) -> float:
+        return self.now
+
+    def start(self, ids):
+        pass
+
+    def rollback(self):
+        pass
+
+    def verify(self, tree, nodes):
+        n = len(nodes) - 1
+        self.now += self.table[n] * self.slow.get(self.calls, 1.0) / 1000
+        self.calls += 1
+
+
+def calibrated(host: ScriptedHost, budget: int = 63) -> Pruner:
+    p = Pruner()
+    p.calibrate(host, [1, 2, 3], budget, CAP, clock=host.clock)
+    return p
+
+
+def test_isotonic_fit_is_monotone_and_keeps_a_monotone_curve():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        y = rng.uniform(0, 100, 8)
+        fit = isotonic(y, rng.uniform(0.5, 3, 8))
+        assert np.all(np.diff(fit) >= -1e-9) and fit.shape == y.shape
+    y = np.array([1.0, 2.0, 2.0, 5.0])
+    assert isotonic(y, np.ones(4)).tolist() == y.tolist()
+
+
+def test_quiet_calibration_sets_b_ver_from_the_curve():
+    p = calibrated(ScriptedHost())
+    assert p.verify_cost.ms == pytest.approx(QUIET)  # every probe measured 3 times, medians, monotone already
+    assert p.host_budget(63, CAP) == 7  # T(7) = 90 <= 96 = 1.6 T(0); T(15) = 110 is not
+
+
+@pytest.mark.parametrize("victim", range(1, 22))
+def test_one_probe_ten_times_slower_leaves_b_ver_within_one_bucket(victim):
+    """Whichever single probe a burst of load hits (call 0 is the warm-up), B_ver stays within one bucket."""
+    quiet = calibrated(ScriptedHost()).host_budget(63, CAP)
+    noisy = calibrated(ScriptedHost(slow={victim: 10.0})).host_budget(63, CAP)
+    sizes = probe_sizes(63)
+    assert abs(bucket_of(noisy, sizes) - bucket_of(quiet, sizes)) <= 1
+
+
+def test_a_uniformly_slower_host_keeps_its_b_ver():
+    """Another process on the cores slows every forward alike: the ratios, and so B_ver, stay."""
+    busy = {n: 2.3 * t for n, t in QUIET.items()}
+    assert calibrated(ScriptedHost(busy)).host_budget(63, CAP) == calibrated(ScriptedHost()).host_budget(63, CAP)
+
+
+def test_b_ver_moves_at_most_one_bucket_per_update():
+    p, sizes = calibrated(ScriptedHost()), probe_sizes(63)
+    before = bucket_of(p.host_b, sizes)
+    for _ in range(9):  # rounds see plain steps get much slower (a burst of load on 1-token forwards only)
+        p.verify_cost.observe(7, 400.0)
+        p.update_host_budget(63, CAP)
+        after = bucket_of(p.host_b, sizes)
+        assert abs(after - before) <= 1
+        before = after
+
+
+def test_rounds_refine_the_curve_by_median():
+    c = VerifyCost()
+    for ms in (50, 51, 49, 500, 52):  # one outlier among five rounds
+        c.observe(0, ms)
+    c.observe(7, 70)
+    assert c.ms[0] == pytest.approx(51)
+
+
+def test_background_load_runs_busy_processes_and_stops_them():
+    from treegraft.load import background_load
+
+    with background_load(2) as procs:
+        assert len(procs) == 2 and all(p.is_alive() for p in procs)
+    assert not any(p.is_alive() for p in procs)

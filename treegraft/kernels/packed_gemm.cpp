@@ -1,0 +1,69 @@
+// Few-row fp32 Linear for speculative verification on x86 CPUs with AVX2 + FMA (treegraft/cpu_kernels.py).
+//
+// y[M, N] = x[M, K] . W[N, K]^T. W is packed once at load into blocks of NB = 8 output rows laid out
+// [N / NB, K, NB], so each block is one contiguous stream; a micro-kernel keeps up to 8 rows of x in
+// 8 AVX2 accumulators and reads each block once per 8 rows (the 1-row path of BLAS reads W once per row
+// too, but a general GEMM kernel for 2-16 rows is far from the memory bound on a few cores).
+// Every output element is the same sequential FMA chain over k whatever M is, so a row's result does
+// not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+constexpr int64_t NB = 8;  // output rows per packed block: one AVX2 vector
+constexpr int64_t MB = 8;  // rows of x per pass: 8 accumulators
+
+torch::Tensor pack(torch::Tensor w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % NB == 0, "fp32 [N, K], N % 8 == 0");
+  const int64_t N = w.size(0), K = w.size(1);
+  return w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous();  // [N / NB, K, NB]
+}
+
+template <int R>
+static inline void micro(const float* X, int64_t K, const float* P, float* Y, int64_t N) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    _mm_prefetch(reinterpret_cast<const char*>(P + k * NB + 128), _MM_HINT_T0);
+    const __m256 w = _mm256_loadu_ps(P + k * NB);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + r * K + k), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N, acc[r]);
+}
+
+torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
+  x = x.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
+  TORCH_CHECK(p.dim() == 3 && p.size(1) == K && p.size(2) == NB, "packed weight [N / 8, K, 8]");
+  auto y = torch::empty({M, N}, x.options());
+  const float* X = x.data_ptr<float>();
+  const float* P = p.data_ptr<float>();
+  float* Y = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* pb = P + b * K * NB;
+      float* yb = Y + b * NB;
+      int64_t m = 0;
+      for (; m + MB <= M; m += MB) micro<MB>(X + m * K, K, pb, yb + m * N, N);
+      const float* xm = X + m * K;
+      float* ym = yb + m * N;
+      switch (M - m) {
+        case 7: micro<7>(xm, K, pb, ym, N); break;
+        case 6: micro<6>(xm, K, pb, ym, N); break;
+        case 5: micro<5>(xm, K, pb, ym, N); break;
+        case 4: micro<4>(xm, K, pb, ym, N); break;
+        case 3: micro<3>(xm, K, pb, ym, N); break;
+        case 2: micro<2>(xm, K, pb, ym, N); break;
+        case 1: micro<1>(xm, K, pb, ym, N); break;
+        default: break;
+      }
+    }
+  });
+  return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("pack", &pack, "W [N, K] -> packed [N / 8, K, 8]");
+  m.def("packed_linear", &packed_linear, "x [M, K] . W^T from the packed W");
+}
