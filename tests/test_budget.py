@@ -153,7 +153,10 @@ def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_dr
             assert set(probes) <= set(engine.pruner.verify_cost.ms)  # rounds may add the sizes they verified
             first_start = events.index(("start", None))
             assert sorted({n for _, n in events[:first_start]}) == probes  # every probe before the start
-            assert len(events[:first_start]) == 1 + 3 * len(probes)  # a warm-up, then three interleaved passes
+            from treegraft.engine import thread_candidates
+
+            # a warm-up, then three interleaved passes over every size under each candidate thread count
+            assert len(events[:first_start]) == 1 + 3 * len(thread_candidates(engine.device)) * len(probes)
             assert len(events[first_start + 1:]) == len(res.rounds)  # then one verification per round
             engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
             assert events[first_start + 1 + len(res.rounds)] == ("start", None)  # calibrated once: no new probe

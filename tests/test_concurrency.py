@@ -89,7 +89,7 @@ def test_second_browser_user_sees_their_queue_position(app_url):
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         pages = [browser.new_page(viewport={"width": 1400, "height": 1200}) for _ in range(2)]
-        for page, n in zip(pages, ("40", "6")):
+        for page, n in zip(pages, ("24", "6")):
             page.goto(app_url)
             page.locator("#prompt textarea").fill(PROMPT)
             page.locator("#max-new input[type=number]").fill(n)

@@ -89,6 +89,28 @@ def test_rounds_refine_the_curve_by_median():
     assert c.ms[0] == pytest.approx(51)
 
 
+def test_calibration_keeps_the_thread_count_whose_curve_is_cheaper():
+    """Beside a busy process one thread can beat two: the calibration probes both, interleaved, keeps the count
+    whose timings are lower, sets it for the process, and seeds T(n) with that count's timings."""
+    import torch
+
+    before = torch.get_num_threads()
+
+    class ThreadedHost(ScriptedHost):
+        def verify(self, tree, nodes):
+            slow = 2.5 if torch.get_num_threads() > 1 else 1.0  # two threads fight a busy neighbour
+            self.now += QUIET[len(nodes) - 1] * slow / 1000
+
+    try:
+        host = ThreadedHost()
+        p = Pruner()
+        p.calibrate(host, [1, 2, 3], 63, CAP, clock=host.clock, threads=[2, 1])
+        assert p.threads == 1 and torch.get_num_threads() == 1
+        assert p.verify_cost.ms == pytest.approx(QUIET)  # the chosen count's timings only
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_background_load_runs_busy_processes_and_stops_them():
     from treegraft.load import background_load
 

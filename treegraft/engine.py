@@ -82,6 +82,14 @@ class EngineState:
     timing_ms: dict
 
 
+CPU_THREADS = torch.get_num_threads()  # torch's own choice at start; the calibration may settle on fewer
+
+
+def thread_candidates(device: torch.device) -> list[int] | None:
+    """The thread counts a CPU calibration compares: torch's default and one (None on a GPU)."""
+    return sorted({1, CPU_THREADS}, reverse=True) if device.type == "cpu" else None
+
+
 def running_mean(old: float, new: float, weight: float = 0.2) -> float:
     return new if old == 0.0 else (1 - weight) * old + weight * new
 
@@ -120,7 +128,7 @@ class Engine:
         curve = {n + 1: round(t, 2) for n, t in cost.ms.items() if (n + 1) & n == 0 or n == max(cost.ms)}
         return {"verify_ms": curve,
                 "memory_floor_ms": round(self.target.memory_floor_ms(), 2), "row_ms": round(self.pruner.row_ms, 2),
-                "b_ver": b}
+                "b_ver": b, "threads": self.pruner.threads}
 
     @property
     def dtype_name(self) -> str:
@@ -236,7 +244,8 @@ class Engine:
             s.ngram.extend(prompt_ids)
             s.notes += [plan.note] if plan.note else []
             if drafting.adaptive_budget:  # once per engine; generate() does it off the clock
-                self.pruner.calibrate(self.target, s.committed, drafting.budget, drafting.verify_cost_cap)
+                self.pruner.calibrate(self.target, s.committed, drafting.budget, drafting.verify_cost_cap,
+                                      threads=thread_candidates(self.device))
             s.verify_growth = self.pruner.verify_cost.growth()
         self.target.start(s.committed)
         self.mid.start(self.target.features)
@@ -273,7 +282,7 @@ class Engine:
             return self.generate_hf(prompt_ids, method, gen, seed)
         if method.drafts and drafting.adaptive_budget:
             self.pruner.calibrate(self.target, prompt_ids, drafting.budget,  # off the clock, like model loading
-                                  drafting.verify_cost_cap)
+                                  drafting.verify_cost_cap, threads=thread_candidates(self.device))
         watch = Stopwatch(self.device)
         s = self.start(prompt_ids, method, drafting, gen, seed)
         prefill = watch.lap()

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+import torch
 
 from .kv import timed
 from .profile import profiled
@@ -209,6 +210,7 @@ class Pruner:
         self.verify_cost = VerifyCost()
         self.row_ms = 0.0  # the head over one more row (a lazily computed accepted row): running median
         self.host_b: int | None = None  # B_ver on this host, once measured
+        self.threads: int | None = None  # the torch thread count the calibration chose
         self.idle = 0  # committed rounds in a row that verified none of their drafted nodes
 
     @profiled("prune")
@@ -263,14 +265,18 @@ class Pruner:
         self.update_host_budget(budget, cap)
 
     def calibrate(self, target, prompt_ids: list[int], budget: int, cap: float | None = None, passes: int = 3,
-                  clock=None) -> None:
+                  clock=None, threads: list[int] | None = None) -> None:
         """Seed T(n), once, by timing verifications of chains of the probe sizes on this prompt's prefilled
         cache (then rolled back): one warm-up, then `passes` interleaved passes over all sizes, every timing
         kept (the curve reads their median, so one slow probe or a burst of other load does not bend it).
+        `threads`: candidate torch thread counts, probed in the same interleaved passes; the count whose median
+        times summed over the sizes is lowest is kept for the whole process (`torch.set_num_threads`; on a
+        host shared with a busy process, one thread can beat two by 1.5-2x) and its timings seed T(n).
         Runs before a generation's clock starts, like model loading. `clock`: seconds (a test scripts it)."""
         if self.verify_cost or len(prompt_ids) < 2:
             return
         clock = clock or (lambda: timed(target.device))
+        threads = threads or [torch.get_num_threads()]
         target.start(prompt_ids)
         last = prompt_ids[-1]
         sizes = probe_sizes(budget)
@@ -279,10 +285,19 @@ class Pruner:
             chains[n] = DraftTree.new(last, capacity=n + 1)
             for i in range(n):
                 add_child(chains[n], i, last, 0.0, SMALL, 1)
-        for k, n in enumerate([sizes[-1]] + sizes * passes):  # the first one warms up
+        timings = {th: {n: [] for n in sizes} for th in threads}
+        plan = [(threads[0], sizes[-1], False)] + [(th, n, True) for _ in range(passes) for th in threads for n in sizes]
+        for th, n, keep in plan:  # the first one warms up
+            torch.set_num_threads(th)
             t0 = clock()
             target.verify(chains[n], np.arange(n + 1))
-            if k:
-                self.verify_cost.observe(n, 1000 * (clock() - t0))
+            if keep:
+                timings[th][n].append(1000 * (clock() - t0))
             target.rollback()
+        best = min(threads, key=lambda th: sum(np.median(ts) for ts in timings[th].values()))
+        torch.set_num_threads(best)
+        self.threads = best
+        for n, ts in timings[best].items():
+            for ms in ts:
+                self.verify_cost.observe(n, ms)
         self.update_host_budget(budget, cap)
