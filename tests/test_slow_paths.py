@@ -16,9 +16,11 @@ METHODS = ("all-small", "all-mid", "fixed", "treegraft")
 
 @pytest.mark.slow
 def test_bf16_pass_runs_every_method_and_reports_its_match_rate():
-    """In bf16 a tree forward and a one-token forward round differently, so outputs may differ from AR: every
-    method still runs to its length, AR still equals Hugging Face's own greedy decoding (both one-token
-    forwards), and the leading-token match with AR is measured and written to artifacts/bf16_match.json."""
+    """In bf16 a batched forward (a tree, or Hugging Face's one-pass prefill) and a one-token forward round
+    differently, so outputs may differ from the engine's AR (measured here: Hugging Face's greedy decoding and
+    the engine's AR can differ from the first token, a near-tie after the prefill): every method still runs to
+    its length, and each one's leading-token match with AR, and HF generate's, is written to
+    artifacts/bf16_match.json and printed."""
     from treegraft.engine import Engine
     from treegraft.models import load_pair_models
 
@@ -26,20 +28,23 @@ def test_bf16_pass_runs_every_method_and_reports_its_match_rate():
     engine = Engine(load_pair_models(pair, "bfloat16"))
     assert engine.dtype_name == "bfloat16"
     gen = GenerationConfig(max_new_tokens=24)
-    rates = {m: [] for m in METHODS}
+    rates = {m: [] for m in ("hf-generate",) + METHODS}
     for prompt in [p for p in load_prompts("default") if p.id in ("chat-01", "code-02")]:
         ids = engine.encode(prompt.messages)
         ar = engine.generate(ids, MethodSpec("ar"), pair.drafting, gen)
         x = torch.tensor([ids])
         hf = engine.pair.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=gen.max_new_tokens,
                                          do_sample=False, pad_token_id=engine.tokenizer.eos_token_id)
-        assert ar.new_tokens == engine.trim(hf[0, len(ids):].tolist(), gen.max_new_tokens)
+        outputs = {"hf-generate": engine.trim(hf[0, len(ids):].tolist(), gen.max_new_tokens)}
         for m in METHODS:
             res = engine.generate(ids, MethodSpec(m), pair.drafting, gen)
-            assert len(res.new_tokens) == len(ar.new_tokens) or res.stopped == "eos"
-            lead = next((i for i, (a, b) in enumerate(zip(ar.new_tokens, res.new_tokens)) if a != b),
-                        min(len(ar.new_tokens), len(res.new_tokens)))
+            assert res.dtype == "bfloat16" and (len(res.new_tokens) == len(ar.new_tokens) or res.stopped == "eos")
+            outputs[m] = res.new_tokens
+        for m, new in outputs.items():
+            lead = next((i for i, (a, b) in enumerate(zip(ar.new_tokens, new)) if a != b),
+                        min(len(ar.new_tokens), len(new)))
             rates[m].append(lead / len(ar.new_tokens))
+    assert all(0 <= r <= 1 for v in rates.values() for r in v) and all(len(v) == 2 for v in rates.values())
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "bf16_match.json").write_text(json.dumps(rates, indent=1))
     print("bf16 leading-token match with AR:", {m: [round(r, 2) for r in v] for m, v in rates.items()})
