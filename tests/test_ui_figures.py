@@ -169,3 +169,18 @@ def test_trace_round_trip_and_validation(tmp_path):
     f.write_bytes(b"\x80\x81 not json")
     with pytest.raises(TraceError, match="not a JSON trace"):
         load_trace(f)
+
+
+def test_cost_figure_shows_the_hosts_curve_floor_and_b_ver():
+    from ui.charts import cost_figure
+
+    host = {"verify_ms": {"1": 100.0, "2": 101.0, "4": 103.0, "8": 112.0, "16": 170.0}, "memory_floor_ms": 37.0,
+            "row_ms": 9.0, "b_ver": 7, "threads": 2}
+    fig = cost_figure(host)
+    curve = fig.data[0]
+    assert list(curve.x) == [1, 2, 4, 8, 16] and list(curve.y) == [100.0, 101.0, 103.0, 112.0, 170.0]
+    shapes = {(s.type, s.y0 if s.y0 == s.y1 else s.x0) for s in fig.layout.shapes}
+    assert ("line", 100.0) in shapes and ("line", 37.0) in shapes and ("line", 8) in shapes  # T(1), floor, B_ver + root
+    assert "T(8) = 1.12 x T(1)" in fig.layout.title.text
+    empty = cost_figure({})
+    assert not empty.data and "not measured" in empty.layout.title.text

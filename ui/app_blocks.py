@@ -94,7 +94,7 @@ def wire(app: App, runtime: Runtime, statuses) -> None:
     app.gallery.pick.input(load_gallery(run), [app.gallery.pick, run.state], loaded, api_name="load_gallery")
     app.gallery.upload.upload(load_upload(run), [app.gallery.upload, run.state], loaded, api_name="load_trace")
     app.present.change(None, app.present, None, js=PRESENT_JS)
-    restyled = [run.tree_plot, run.timeline_plot, run.speed_plot, run.margin_plot, run.state]
+    restyled = [run.tree_plot, run.timeline_plot, run.speed_plot, run.margin_plot, run.cost_plot, run.state]
     app.present.change(restyle(run), [app.present, run.state], restyled, api_visibility="private")
     cmp_inputs = [cmp.a, cmp.b, run.state, app.present]
     cmp_outputs = [cmp.tree_a, cmp.tree_b, cmp.timeline_a, cmp.timeline_b, cmp.table]
