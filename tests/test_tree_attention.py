@@ -51,7 +51,7 @@ def test_target_tree_logits_equal_plain_causal_pass(fp32_pair, prefix, lazy):
         ref = plain_logits(fp32_pair.target, prefix + path)
         assert torch.allclose(logits.row(v), ref, atol=ATOL), (v, (logits.row(v) - ref).abs().max())
     if lazy:  # the root's row came with the forward; the others one by one, as they were read
-        assert sorted(logits.computed) == list(range(0, tree.n, 3)) and len(logits.extra_ms) == len(logits.computed) - 1
+        assert sorted(logits.computed) == list(range(0, tree.n, 3)) and logits.extra_rows == len(logits.computed) - 1
 
 
 def test_lazy_acceptance_reads_only_the_rows_it_walks(fp32_pair, prefix):

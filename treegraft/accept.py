@@ -54,4 +54,7 @@ def next_token(logits: torch.Tensor, gen: GenerationConfig, generator: torch.Gen
 def accept(tree: DraftTree, nodes: np.ndarray, logits: TreeLogits, gen: GenerationConfig,
            generator: torch.Generator | None) -> Acceptance:
     """Walk root + kept nodes (index order), reading the target's logits only at the rows the walk reaches."""
+    if gen.greedy and logits.all is not None:  # every row computed already: one argmax call, one device sync
+        best = logits.all.argmax(-1).tolist()  # [n]
+        return _walk(tree, nodes, lambda r: best[r])
     return _walk(tree, nodes, lambda r: next_token(logits.row(r), gen, generator))

@@ -316,4 +316,4 @@ def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=
     return {"pair": pair, "dtype": engine.dtype_name, "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
             "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M"), "background_load": background,
-            "host": costs, "host_budget": costs.get("b_ver")}
+            "host": costs}

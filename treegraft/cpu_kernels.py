@@ -47,7 +47,6 @@ class KernelTable:
     body: dict[int, str] = field(default_factory=dict)
     head: dict[int, str] = field(default_factory=dict)
     ms: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # part -> rows -> path -> ms
-    packed_note: str = ""  # why the packed path is not available, if it is not
 
     @staticmethod
     def bucket(rows: int) -> int | None:
@@ -174,7 +173,7 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) ->
     parts = {"body": [m for m in body if packable(m)], "head": [head] if head is not None and packable(head) else []}
     can_pack = bool(parts["body"] or parts["head"]) and packed_ops() is not None
     if table is None:
-        table = KernelTable(packed_note=packed_unavailable() if not can_pack else "")
+        table = KernelTable()
         for part, layers in (("body", body), ("head", [head] if head is not None else [])):
             if not layers:
                 continue

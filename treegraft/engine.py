@@ -69,7 +69,7 @@ class Verified:
     draft_s: float
     verify_s: float  # prune + verification forward + acceptance
     forward_ms: float = 0.0  # the verification forward alone (T(n) learns from it)
-    row_ms: float | None = None  # mean time of a logits row computed lazily during acceptance (None: none was)
+    row_ms: float | None = None  # acceptance's time per logits row it computed lazily (None: none was)
 
 
 @dataclass(frozen=True)
@@ -158,11 +158,13 @@ class Engine:
         kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
                                   s.drafting.verify_cost_cap)
         nodes = np.concatenate([[0], kept])                                     # root + kept, index order
+        prune_s = watch.lap()
         logits = self.target.verify(tree, nodes)                                # one tree-masked forward
-        forward_ms = self.target.forward_ms
+        forward_s = watch.lap()
         acc = accept(tree, nodes, logits, s.gen, s.generator)                   # greedy walk or sampling
-        row_ms = float(np.mean(logits.extra_ms)) if logits.extra_ms else None
-        return Verified(tree, steps, kept, acc, draft_s, watch.lap(), forward_ms, row_ms)
+        accept_s = watch.lap()
+        row_ms = 1000 * accept_s / logits.extra_rows if logits.extra_rows else None
+        return Verified(tree, steps, kept, acc, draft_s, prune_s + forward_s + accept_s, 1000 * forward_s, row_ms)
 
     def speculative_round(self, s: Session) -> RoundTrace:
         watch = Stopwatch(self.device)

@@ -34,12 +34,16 @@ class TreeLogits:
         self.features, self.head = features, head  # [n, H]; features -> logits
         self.computed: dict[int, torch.Tensor] = {}  # row -> [vocab]
         self.all = None if lazy else head(features)  # [n, vocab]
-        self.extra_ms: list[float] = []  # the wall time of each row computed after the forward
         if lazy:
             self.computed[0] = head(features[:1])[0]
 
     def __len__(self) -> int:
         return self.features.shape[0]
+
+    @property
+    def extra_rows(self) -> int:
+        """Rows computed after the forward (lazy: one per accepted token read)."""
+        return max(len(self.computed) - 1, 0)
 
     def row(self, i: int) -> torch.Tensor:
         """[vocab] logits at row i (-1: the last row)."""
@@ -52,10 +56,7 @@ class TreeLogits:
 
     @profiled("target_forward")
     def _compute(self, i: int) -> torch.Tensor:
-        t0 = timed(self.features.device)
-        out = self.head(self.features[i:i + 1])[0]
-        self.extra_ms.append(1000 * (timed(self.features.device) - t0))
-        return out
+        return self.head(self.features[i:i + 1])[0]
 
 
 class TargetModel:
@@ -74,22 +75,17 @@ class TargetModel:
         self.device = model.get_input_embeddings().weight.device
         self.dtype = next(model.parameters()).dtype
         self.features: torch.Tensor | None = None  # [n, H] of the last forward
-        self.forward_ms = 0.0  # wall time of the last forward (decoder + the logits it computes eagerly)
         self.cache = DynamicCache()
         self.cached = 0
 
     @profiled("target_forward")
     def forward(self, ids: torch.Tensor, **kw) -> TreeLogits:
         """[1, n] ids -> the logits at its n rows."""
-        t0 = timed(self.device)
         if not self.head_only:
-            out = TreeLogits(self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0],
-                             lambda x: x, lazy=False)
-        else:
-            self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state[0]
-            out = TreeLogits(self.features, self.model.get_output_embeddings(), self.lazy)
-        self.forward_ms = 1000 * (timed(self.device) - t0)
-        return out
+            return TreeLogits(self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0],
+                              lambda x: x, lazy=False)
+        self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state[0]
+        return TreeLogits(self.features, self.model.get_output_embeddings(), self.lazy)
 
     @torch.no_grad()
     def start(self, committed: list[int]) -> None:
