@@ -1,5 +1,4 @@
 """The cost-aware verification budget (treegraft/prune.py): pure parts, then wired into the engine."""
-import copy
 import math
 from contextlib import contextmanager
 
@@ -93,16 +92,16 @@ def pair_drafting():
 def cost_curve(engine, ms: dict, pinned: bool = False):
     """Run with this verification cost curve, then restore the engine's own. pinned: the rounds do not
     re-measure it (the real times would otherwise replace the curve under test after the first round)."""
-    cost, pruner = engine.pruner.verify_cost, engine.pruner
-    saved, saved_b = copy.deepcopy(cost.samples), pruner.host_b
-    cost.ms, pruner.host_b = dict(ms), None
+    pruner = engine.pruner
+    saved, saved_b = pruner.verify_cost, pruner.host_b
+    pruner.verify_cost, pruner.host_b = VerifyCost(), None
+    pruner.verify_cost.ms = dict(ms)
     if pinned:
-        cost.observe = lambda n, ms: None
+        pruner.verify_cost.observe = lambda n, ms: None
     try:
         yield
     finally:
-        cost.samples, pruner.host_b = saved, saved_b
-        cost.__dict__.pop("observe", None)
+        pruner.verify_cost, pruner.host_b = saved, saved_b
 
 
 def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):

@@ -110,24 +110,28 @@ class VerifyCost:
 
     def __init__(self):
         self.samples: dict[int, deque] = {}
+        self._fit: dict[int, float] | None = None  # the curve, fitted once per new sample
 
     def __bool__(self) -> bool:
         return 0 in self.samples and len(self.samples) > 1
 
     def observe(self, n: int, ms: float) -> None:
         self.samples.setdefault(int(n), deque(maxlen=WINDOW)).append(float(ms))
+        self._fit = None
 
     @property
     def ms(self) -> dict[int, float]:
         """{n: fitted T(n)} at every measured n."""
-        keys = sorted(self.samples)
-        med = np.array([np.median(self.samples[k]) for k in keys])
-        fit = isotonic(med, np.array([len(self.samples[k]) for k in keys], dtype=float))
-        return {k: float(t) for k, t in zip(keys, fit)}
+        if self._fit is None:
+            keys = sorted(self.samples)
+            med = np.array([np.median(self.samples[k]) for k in keys])
+            fit = isotonic(med, np.array([len(self.samples[k]) for k in keys], dtype=float))
+            self._fit = {k: float(t) for k, t in zip(keys, fit)}
+        return self._fit
 
     @ms.setter
     def ms(self, table: dict[int, float]) -> None:
-        self.samples = {}
+        self.samples, self._fit = {}, None
         for n, t in table.items():
             self.observe(n, t)
 
@@ -208,7 +212,7 @@ class Pruner:
     def __init__(self):
         self.acceptance = AcceptanceModel()  # learned across generations
         self.verify_cost = VerifyCost()
-        self.row_ms = 0.0  # the head over one more row (a lazily computed accepted row): running median
+        self.row_ms = 0.0  # the head over one more row (a lazily computed accepted row): running mean
         self.host_b: int | None = None  # B_ver on this host, once measured
         self.threads: int | None = None  # the torch thread count the calibration chose
         self.idle = 0  # committed rounds in a row that verified none of their drafted nodes
