@@ -1,6 +1,8 @@
 """The benchmark command end to end on a tiny setting: all three files, every field, exact outputs."""
 import json
 
+import pytest
+
 from treegraft.cli import main
 
 ROW_FIELDS = {"prompt_id", "category", "method", "new_tokens", "wall_s", "rounds", "mean_accepted",
@@ -91,3 +93,19 @@ def test_bench_isolates_methods_and_reports_statistics(engine):
     assert "| hf-pld | " in text and "1000000000" not in text
     pld_line = next(ln for ln in text.splitlines() if ln.startswith("| hf-pld |"))
     assert pld_line.split("|")[4].strip() == "-"  # mean A does not apply to prompt lookup
+
+
+def test_bench_method_suffixes_set_the_tree_shape_and_reject_bad_values():
+    from treegraft.bench import parse_methods
+    from treegraft.config import ConfigError, DraftingConfig
+
+    base = DraftingConfig()
+    ar, small, tg = parse_methods("all-small:d=3:w=4:k=2:span=0,treegraft:cap=2.5:b=15:no-eg", base)
+    assert ar.spec.name == "ar" and ar.drafting == base  # AR is added, on the bench's own settings
+    assert (small.drafting.depth, small.drafting.width, small.drafting.top_k, small.drafting.span_max) == (3, 4, 2, 0)
+    assert (tg.drafting.verify_cost_cap, tg.drafting.budget, tg.spec.eg) == (2.5, 15, False)
+    assert small.drafting.ngram_max == base.ngram_max  # what a label does not set stays
+    for bad, words in [("all-small:d=0", "depth"), ("all-small:w=x", "width"), ("all-small:cap=0.5", "verify_cost_cap"),
+                       ("all-small:zz", "unknown suffix"), ("fixed:s=12", "0/1")]:
+        with pytest.raises(ConfigError, match=words):
+            parse_methods(bad, base)

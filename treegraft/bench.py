@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .config import DraftingConfig, GenerationConfig
+from .config import ConfigError, DraftingConfig, GenerationConfig, with_overrides
 from .methods import MethodSpec
 from .models import host
 from .profile import BOOKKEEPING_PARTS, FORWARD_PARTS
@@ -35,23 +35,42 @@ class BenchMethod:
     pair: str | None = None  # run on another pair's engine (same target, another mid); None: the bench's pair
 
 
+# knob suffixes of a bench label: `:d=6` sets DraftingConfig.depth, and so on (the names of SPEC 2)
+KNOBS = {"d": "depth", "w": "width", "k": "top_k", "b": "budget", "span": "span_max", "n": "ngram_max",
+         "cap": "verify_cost_cap", "scores": "scores", "pool": "mid_pool_max"}
+
+
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
-    """Comma-separated labels: a method name, optionally with :no-eg / :no-nd / :s=10101 / :adaptive /
-    :fixed-budget / :span=N (copied spans up to N tokens; 0: off) / :b=N (B_ver) suffixes, and @PAIR to run it on another pair of models.yaml (e.g. all-mid@smollm2-lm:
-    the same target with another mid, side by side in one run)."""
+    """Comma-separated labels: a method name, optionally with suffixes, and @PAIR to run it on another pair of
+    models.yaml (e.g. all-mid@smollm2-lm: the same target with another mid, side by side in one run).
+
+    Suffixes: :no-eg / :no-nd (ablations), :s=10101 (the fixed schedule), :adaptive / :fixed-budget, and
+    the drafting knobs of KNOBS: :d=N (depth D), :w=N (width W), :k=N (top-K), :b=N (B_ver), :span=N
+    (copied spans, 0: off), :n=N (n-gram order), :cap=X (verify-cost cap), :pool=N (mid pool bound),
+    :scores=paper|calibrated (how a
+    node's p is set, tree.py). So one run can sweep the tree's
+    shape side by side, e.g. `all-small,all-small:d=3,all-small:w=4:k=2`. Values are validated as in
+    models.yaml."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
         body, _, pair = label.partition("@")
         name, *mods = body.split(":")
-        d = drafting
+        update: dict = {}
         for mod in mods:
-            if mod.startswith("s="):
-                d = d.model_copy(update={"schedule": tuple(int(c) for c in mod[2:])})
-            elif mod.startswith(("span=", "b=")):
-                key, _, val = mod.partition("=")
-                d = d.model_copy(update={"span_max" if key == "span" else "budget": int(val)})
+            key, eq, val = mod.partition("=")
+            if key == "s" and eq:
+                update["schedule"] = tuple(val)
+            elif key in KNOBS and eq:
+                update[KNOBS[key]] = val  # pydantic parses and range-checks it below
             elif mod in ("adaptive", "fixed-budget"):
-                d = d.model_copy(update={"adaptive_budget": mod == "adaptive"})
+                update["adaptive_budget"] = mod == "adaptive"
+            elif mod not in ("no-eg", "no-nd"):
+                raise ConfigError(f"unknown suffix {mod!r} in bench method {label!r}: use no-eg, no-nd, s=BITS, "
+                                 f"adaptive, fixed-budget or {', '.join(k + '=VALUE' for k in KNOBS)}")
+        try:
+            d = with_overrides(drafting, **update)
+        except ConfigError as err:
+            raise ConfigError(f"bench method {label!r}: {err}") from None
         spec = MethodSpec(name, eg="no-eg" not in mods, nd="no-nd" not in mods)
         out.append(BenchMethod(label, spec, d, pair or None))
     if not any(m.spec.name == "ar" for m in out):
