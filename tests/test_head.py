@@ -142,9 +142,35 @@ def test_distillation_runs_and_resumes(tmp_path):
 
     meta = fit(DraftHead.from_target(target), ids, feats, rows, s, tmp_path)
     assert meta["steps"] == 3 and (tmp_path / "head.safetensors").exists()
-    s2 = HeadSettings(seq_len=16, batch=4, max_steps=5, depths=2, save_every=2, minutes=5)
+    assert meta["passes"] == 1 and meta["log"] == []  # the curriculum starts at depth 1
+    # the deeper passes start once held-out depth-1 agreement stops improving (patience 0: at once)
+    s2 = HeadSettings(seq_len=16, batch=4, max_steps=5, depths=2, save_every=2, minutes=5, eval_every=1, patience=0)
     meta = fit(DraftHead.from_target(target), ids, feats, rows, s2, tmp_path, resume=True)
     assert meta["steps"] == 5  # continued from step 3, not restarted
+    assert meta["passes"] == 2 and [e["step"] for e in meta["log"]] == [4, 5]
+    assert all(0 <= a <= 1 for e in meta["log"] for a in e["val_top1"])
     head = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
     result = agreement(head, target, None, rows, torch.arange(VOCAB), [[1, 2, 3, 4]], max_new_tokens=6, depths=3)
     assert set(result) == {"1", "2", "3"} and all(0 <= r["top1"] <= r["top4"] <= 1 for r in result.values())
+
+
+def test_target_answers_batched_greedy_equals_each_prompts_own_greedy():
+    """Left-padded batched generation (the head's training answers) gives each prompt the target's own greedy
+    continuation, cut after the first eos; windows are the answers laid end to end."""
+    from treegraft.answers import AnswerSettings, generate_batch, pack_windows
+
+    target = tiny_model(3)
+    prompts = [[5, 9, 2], [7, 1, 4, 4, 8, 3], [11]]
+    s = AnswerSettings(max_new_tokens=6)
+    got = generate_batch(target, prompts, s, sample=False, pad_id=0, eos_id=VOCAB + 1, seed=0)
+    for p, row in zip(prompts, got):
+        ids = torch.tensor([p])
+        for _ in range(6):
+            ids = torch.cat([ids, target(ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        assert row == ids[0].tolist()
+    eos = got[1][len(prompts[1]) + 2]  # an eos inside an answer ends it there
+    cut = generate_batch(target, prompts[1:2], s, sample=False, pad_id=0, eos_id=eos, seed=0)[0]
+    assert cut == got[1][: got[1].index(eos, len(prompts[1])) + 1]
+    windows = pack_windows(got, 5)
+    assert windows.shape == (sum(map(len, got)) // 5, 5)
+    assert windows.flatten().tolist() == [t for r in got for t in r][: windows.numel()]

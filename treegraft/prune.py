@@ -49,22 +49,39 @@ EXPLORE_AFTER = 8  # after this many rounds in a row that verified nothing of a 
 
 
 class AcceptanceModel:
-    """c(u) = P(u accepted | parent accepted) per (proposer, p-bin), Beta-smoothed toward p."""
+    """c(u) = P(u accepted | parent accepted), Beta-smoothed toward the drafters' own p, in cells of
+    (the n-gram drafter's own p, the mid's own q): each axis binned by P_EDGES, plus a bin for "this drafter
+    has not scored u" (`tree.raw`). Learned from every verification; it is also the map of "calibrated"
+    scores (tree.py): `calibrated_logp` puts both drafters on one scale."""
+
+    NONE = len(P_EDGES) + 1  # the bin of a drafter that has not scored the node
 
     def __init__(self):
-        self.hits = np.zeros((3, len(P_EDGES) + 1))  # [proposer, bin]
-        self.trials = np.zeros((3, len(P_EDGES) + 1))
+        self.hits = np.zeros((self.NONE + 1, self.NONE + 1))  # [small bin, mid bin]
+        self.trials = np.zeros((self.NONE + 1, self.NONE + 1))
 
-    @staticmethod
-    def cells(tree: DraftTree, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        p = np.exp(tree.logp[nodes])  # [n]
-        proposer = np.clip(tree.confirmed[nodes].astype(np.int64), 1, 3) - 1  # small, mid, both
-        return proposer, np.digitize(p, P_EDGES), p
+    @classmethod
+    def cells(cls, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(small bin [n], mid bin [n], prior p [n]) of the drafters' own log p raw [n, 2] (NaN: not scored);
+        the prior is the more confident drafter's p."""
+        p = np.exp(raw)  # NaN stays NaN
+        scored = ~np.isnan(p)
+        bins = np.where(scored, np.digitize(np.nan_to_num(p), P_EDGES), cls.NONE)  # [n, 2]
+        prior = np.where(scored.any(1), np.max(np.where(scored, p, -1.0), axis=1), 0.0)
+        return bins[:, 0], bins[:, 1], prior
+
+    def of_raw(self, raw: np.ndarray) -> np.ndarray:
+        """[n] c for raw log p rows [n, 2]."""
+        bs, bm, prior = self.cells(raw)
+        return (self.hits[bs, bm] + PRIOR_STRENGTH * prior) / (self.trials[bs, bm] + PRIOR_STRENGTH)
+
+    def calibrated_logp(self, raw: np.ndarray) -> np.ndarray:
+        """[n] log c: the "calibrated" score of nodes from their drafters' own log p [n, 2]."""
+        return np.log(np.maximum(self.of_raw(raw), 1e-12))
 
     def conditional(self, tree: DraftTree, nodes: np.ndarray) -> np.ndarray:
         """[n] c(u) for nodes."""
-        who, b, p = self.cells(tree, nodes)
-        return (self.hits[who, b] + PRIOR_STRENGTH * p) / (self.trials[who, b] + PRIOR_STRENGTH)
+        return self.of_raw(tree.raw[nodes])
 
     def path_acceptance(self, tree: DraftTree, nodes: np.ndarray) -> np.ndarray:
         """[n] pi(v) for an ancestor-closed node set in index order (parents first)."""
@@ -81,9 +98,9 @@ class AcceptanceModel:
         on_path = np.zeros(tree.n, dtype=bool)
         on_path[path] = True
         tried = nodes[on_path[tree.parent[nodes]]]
-        who, b, _ = self.cells(tree, tried)
-        np.add.at(self.trials, (who, b), 1.0)
-        np.add.at(self.hits, (who, b), on_path[tried].astype(float))
+        bs, bm, _ = self.cells(tree.raw[tried])
+        np.add.at(self.trials, (bs, bm), 1.0)
+        np.add.at(self.hits, (bs, bm), on_path[tried].astype(float))
 
 
 WINDOW = 9  # recent timings kept per node count: the curve reads their median

@@ -7,6 +7,14 @@ recomputed top-down by one pass and any index-sorted subset lists parents first.
 
 Scores are in log space: `logp[v] = log p(v)`, `score[v] = log s(v)` = the sum of
 `logp` over the path from r (excluded) to v. The tree knows nothing of models.
+
+Two rules set p(v) (`DraftingConfig.scores`). "paper" (SPEC 2.2): p(v) is the last
+drafter's own probability, so a mid refresh replaces the n-gram drafter's count
+ratio with the mid's q. "calibrated": every drafter's own log p is kept
+(`raw[v, drafter]`, NaN where a drafter has not scored v) and p(v) is
+`calibration(raw[v])`, the probability that the target accepts v given its parent
+(learned online from verified rounds, `prune.AcceptanceModel`): one scale for both
+drafters, where a mid score adds evidence instead of replacing it.
 """
 from __future__ import annotations
 
@@ -31,6 +39,8 @@ class DraftTree:
     graft_site: np.ndarray  # [cap] bool, chosen as frontier by a mid step
     alive: np.ndarray  # [cap] bool, False once deleted by an overwrite (the w/o-ND ablation)
     kept: np.ndarray  # [cap] bool, survives the prune to B_ver
+    raw: np.ndarray = None  # [cap, 2] float64, each drafter's own log p (columns SMALL, MID; NaN: not scored)
+    calibration: object = None  # "calibrated" scores: raw [n, 2] -> log p [n] (None: the paper's rule)
     n: int = 1
     child_of: dict = field(default_factory=dict)  # (parent, token) -> node, live children only
     last_added: list = field(default_factory=lambda: [0])  # N_k: the nodes the previous step produced
@@ -43,7 +53,7 @@ class DraftTree:
         t = cls(token=arr(np.int64), parent=arr(np.int32, -1), depth=arr(np.int16), logp=arr(np.float64),
                 score=arr(np.float64), drafter=arr(np.int8, ROOT_DRAFTER), step=arr(np.int8),
                 confirmed=arr(np.uint8), mid_visited=arr(bool), graft_site=arr(bool), alive=arr(bool),
-                kept=arr(bool))
+                kept=arr(bool), raw=np.full((capacity, 2), np.nan))
         t.token[0], t.alive[0] = root_token, True
         return t
 
@@ -59,13 +69,13 @@ def add_child(tree: DraftTree, parent: int, token: int, logp: float, drafter: in
     """Graft one proposal under `parent`; returns (node, created).
 
     Non-destructive: an existing child with the same token is kept, its p refreshed
-    with this drafter's probability and marked as confirmed by it, so siblings always
-    carry distinct tokens.
+    with this drafter's probability (paper rule) or with both drafters' evidence
+    (calibrated) and marked as confirmed by it, so siblings always carry distinct tokens.
     """
     key = (parent, token)
     node = tree.child_of.get(key)
     if node is not None:
-        tree.logp[node] = logp
+        set_drafter_logp(tree, np.array([node]), drafter, np.array([logp]))
         tree.confirmed[node] |= 1 << drafter
         return node, False
     if tree.n >= len(tree.token):
@@ -73,10 +83,18 @@ def add_child(tree: DraftTree, parent: int, token: int, logp: float, drafter: in
     v = tree.n
     tree.n += 1
     tree.token[v], tree.parent[v], tree.depth[v] = token, parent, tree.depth[parent] + 1
-    tree.logp[v], tree.score[v] = logp, tree.score[parent] + logp
+    set_drafter_logp(tree, np.array([v]), drafter, np.array([logp]))
+    tree.score[v] = tree.score[parent] + tree.logp[v]
     tree.drafter[v], tree.step[v], tree.confirmed[v], tree.alive[v] = drafter, step, 1 << drafter, True
     tree.child_of[key] = v
     return v, True
+
+
+def set_drafter_logp(tree: DraftTree, nodes: np.ndarray, drafter: int, logp: np.ndarray) -> None:
+    """A drafter's own log p for nodes [n]; p(v) by the tree's rule (module docstring). Scores are the
+    caller's to recompute."""
+    tree.raw[nodes, drafter] = logp
+    tree.logp[nodes] = logp if tree.calibration is None else tree.calibration(tree.raw[nodes])
 
 
 def recompute_scores(tree: DraftTree) -> None:

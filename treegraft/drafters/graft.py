@@ -2,7 +2,8 @@
 
 Where (expanded graft sites): the pool C_k is every live node the mid has not
 evaluated, root included (w/o EG: N_k, as a small step). The mid scores the pool and
-its unvisited ancestors in one call (`MidDrafter` or `HeadDrafter`, the same
+its unvisited ancestors in one call (`mid_pool_max` bounds the pool to its best nodes
+by s(v), so one call's work stays bounded) (`MidDrafter` or `HeadDrafter`, the same
 interface); every child of an evaluated node gets p = q_mid(token | parent) and
 scores are recomputed top-down; the frontier F_k is the pool's top-W by the
 refreshed s(v) (graft sites).
@@ -20,13 +21,15 @@ import torch
 from ..profile import profiled
 from ..trace import StepTrace
 from ..tree import (MID, DraftTree, add_child, delete_subtree, mid_pool, recompute_scores, reselection_rate,
-                    rows_of, small_pool, top_w, unvisited_closure)
+                    rows_of, set_drafter_logp, small_pool, top_w, unvisited_closure)
 from .neural import MidScores
 
 
 def refresh_children(tree: DraftTree, batch: np.ndarray, logq: MidScores) -> None:
-    """p(c) = q_mid(token(c) | parent(c)) for every live child of an evaluated node; then s top-down.
-    Tokens outside the mid's draft vocabulary keep their p (the mid has no opinion on them)."""
+    """The mid's q(token(c) | parent(c)) for every live child of an evaluated node; then s top-down. Paper
+    rule: p(c) = q. Calibrated: q is added to c's evidence (tree.py), so a confident n-gram branch keeps
+    what its acceptance record earns. Tokens outside the mid's draft vocabulary keep their p (the mid has no
+    opinion on them)."""
     row = rows_of(batch, tree.n)
     n = tree.n
     kids = np.flatnonzero(tree.alive[:n] & (tree.parent[:n] >= 0))
@@ -34,7 +37,7 @@ def refresh_children(tree: DraftTree, batch: np.ndarray, logq: MidScores) -> Non
     if len(kids):
         lp, known = logq.of(torch.from_numpy(row[tree.parent[kids]]), torch.from_numpy(tree.token[kids]))
         known = known.cpu().numpy()
-        tree.logp[kids[known]] = lp.double().cpu().numpy()[known]
+        set_drafter_logp(tree, kids[known], MID, lp.double().cpu().numpy()[known])
         recompute_scores(tree)
 
 
@@ -47,7 +50,7 @@ class MidGrafter:
         self.mid, self.eg, self.nd = mid, eg, nd
 
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
-        leaf_depth, n_k, pool, batch = self._pool(tree)
+        leaf_depth, n_k, pool, batch = self._pool(tree, s.drafting.mid_pool_max)
         added, confirmed, removed, frontier = [], [], [], pool[:0]
         if len(batch):
             logq = self.mid.evaluate(tree, s.committed, batch)  # [len(batch), S]
@@ -56,9 +59,13 @@ class MidGrafter:
                          removed=removed, n_k=n_k, reselect_rate=reselection_rate(tree, frontier, leaf_depth))
 
     @profiled("tree")
-    def _pool(self, tree: DraftTree):
-        """(deepest leaf, |N_k|, the pool C_k, the batch = pool + unvisited ancestors)."""
+    def _pool(self, tree: DraftTree, pool_max: int | None):
+        """(deepest leaf, |N_k|, the pool C_k, the batch = pool + unvisited ancestors). `pool_max` bounds the
+        work of one call: the pool's best nodes by s(v) (a path's score never grows with depth, so their
+        unvisited ancestors mostly are among them)."""
         pool = mid_pool(tree) if self.eg else small_pool(tree)
+        if pool_max is not None and len(pool) > pool_max:
+            pool = np.sort(top_w(tree, pool, pool_max))
         return tree.max_leaf_depth(), len(small_pool(tree)), pool, unvisited_closure(tree, pool)
 
     @profiled("tree")

