@@ -77,3 +77,26 @@ def test_calibrated_scores_keep_what_the_record_earns():
 def test_calibration_starts_at_the_drafters_own_p():
     tree = small_tree(AcceptanceModel().calibrated_logp)  # no verification seen yet
     assert np.exp(tree.logp[1:4]) == pytest.approx([0.95, 0.9, 0.05])
+
+
+@pytest.mark.slow  # ~2 minutes of trial rounds on the real pair
+def test_live_rounds_with_a_mid_call_accept_no_less_than_without_it(engine, fp32_pair):
+    """The issue's check on live generations of the real default pair: each sampled round drafted with small
+    steps only, and with the mid at step k (k = 1..D), from the same state (mid_effect.py). With calibrated
+    scores the rounds with a mid call accept on average at least as many tokens as without it. Fixed budget,
+    so A depends on no timing."""
+    from treegraft.config import with_overrides
+    from treegraft.mid_effect import mid_effect, summary
+    from treegraft.prompts import load_prompts
+
+    drafting = with_overrides(fp32_pair.config.drafting, adaptive_budget=False, budget=15, scores="calibrated")
+    prompts = [p for p in load_prompts("train") if p.category in ("chat", "code")][:2]
+    saved = engine.state()
+    try:
+        result = mid_effect(engine, [engine.encode(p.messages) for p in prompts], drafting, rounds=4,
+                            max_new_tokens=48)
+    finally:
+        engine.restore(saved)
+    mean = summary(result)
+    assert result["rounds"] >= 6 and set(result["A"]) == {"none", "k=1", "k=2", "k=3", "k=4", "k=5"}
+    assert mean["mid"] >= mean["none"] - 0.05, mean

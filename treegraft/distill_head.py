@@ -190,7 +190,7 @@ def train_head(pair: PairConfig, out: Path, s: HeadSettings, resume: bool = Fals
     print(f"data: {len(ids)} windows x {s.seq_len} tokens ({s.data}), ready in {time.time() - t0:.0f}s", flush=True)
     meta = {"target": pair.target.describe(), "draft_vocab": len(rows), "data": info}
     head = DraftHead.from_target(target)
-    if s.init_from and not resume:
+    if s.init_from and not (resume and (out / "train_state.pt").exists()):  # a resumed run has its own weights
         from safetensors.torch import load_file
 
         head.load_state_dict(load_file(str(Path(s.init_from) / HEAD_WEIGHTS)), strict=False)
