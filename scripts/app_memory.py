@@ -52,7 +52,7 @@ def main() -> int:
         client = Client(url, analytics_enabled=False, verbose=False)
         samples = [("started", rss_mb(proc.pid))]
         for i in range(args.generations):
-            out = client.predict(PROMPTS[i % len(PROMPTS)], "default", "treegraft", "1,0,1,0,1", False, False,
+            out = client.predict(PROMPTS[i % len(PROMPTS)], "default", "treegraft", "1,0,1,0,1", False, False, False,
                                  args.max_new_tokens, 0.0, 0, 5, 8, 8, True, True, api_name="/generate")
             assert str(out[0]).startswith("Done."), out[0]
             samples.append((f"after {i + 1}", rss_mb(proc.pid)))

@@ -100,3 +100,21 @@ def test_live_rounds_with_a_mid_call_accept_no_less_than_without_it(engine, fp32
     mean = summary(result)
     assert result["rounds"] >= 6 and set(result["A"]) == {"none", "k=1", "k=2", "k=3", "k=4", "k=5"}
     assert mean["mid"] >= mean["none"] - 0.05, mean
+
+
+def test_trace_keeps_each_drafters_own_p_and_reads_older_traces():
+    from dataclasses import asdict
+
+    from treegraft.trace import RoundTrace, TreeSnapshot, round_from_dict
+    from ui.tree_figure import hover
+
+    tree = small_tree(learned().calibrated_logp)
+    add_child(tree, 0, 10, math.log(0.01), MID, 2)
+    snap = TreeSnapshot.of(tree)
+    assert snap.p_small[1] == pytest.approx(0.95) and snap.p_mid[1] == pytest.approx(0.01)
+    assert snap.p_small[0] is None and snap.p_mid[2] is None
+    assert "own p: n-gram 0.950, mid 0.010" in hover(snap, 1, {})
+    old = asdict(RoundTrace(index=0, prefix_len=3, tree=snap, bonus_token=1))
+    del old["tree"]["p_small"], old["tree"]["p_mid"]  # a trace saved before calibrated scores
+    again = round_from_dict(old)
+    assert again.tree.p_small is None and "own p" not in hover(again.tree, 1, {})

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .profile import profiled
-from .tree import DraftTree
+from .tree import MID, SMALL, DraftTree
 
 TRACE_VERSION = 1
 TREE_FIELDS = ("token", "parent", "depth", "logp", "score", "drafter", "step", "confirmed",
@@ -52,12 +52,17 @@ class TreeSnapshot:
     graft_site: list[bool]
     alive: list[bool]
     kept: list[bool]
+    # each drafter's own p of a node (None: that drafter did not score it); p above follows the tree's rule
+    # (tree.py: "paper" = the last drafter's, "calibrated" = learned acceptance). Absent in older traces.
+    p_small: list[float | None] | None = None
+    p_mid: list[float | None] | None = None
 
     @classmethod
     @profiled("trace")
     def of(cls, tree: DraftTree) -> "TreeSnapshot":
         n = tree.n
-        return cls(**{f: getattr(tree, f)[:n].tolist() for f in TREE_FIELDS})
+        own = [[None if np.isnan(x) else round(float(np.exp(x)), 4) for x in tree.raw[:n, d]] for d in (SMALL, MID)]
+        return cls(**{f: getattr(tree, f)[:n].tolist() for f in TREE_FIELDS}, p_small=own[0], p_mid=own[1])
 
     @property
     def size(self) -> int:
@@ -140,7 +145,8 @@ class GenerationResult:
 
 
 def round_from_dict(d: dict) -> RoundTrace:
-    tree = TreeSnapshot(**{f: d["tree"][f] for f in TREE_FIELDS})
+    tree = TreeSnapshot(**{f: d["tree"][f] for f in TREE_FIELDS},
+                        **{f: d["tree"].get(f) for f in ("p_small", "p_mid")})
     steps = [StepTrace(**{f.name: s[f.name] for f in fields(StepTrace) if f.name in s}) for s in d["steps"]]
     keys = {f.name for f in fields(RoundTrace)} - {"tree", "steps"}
     return RoundTrace(tree=tree, steps=steps, **{k: d[k] for k in keys if k in d})

@@ -44,6 +44,7 @@ class RunRequest:
     schedule: str
     no_eg: bool
     no_nd: bool
+    paper_scores: bool  # the paper's rule for a node's p instead of calibrated scores (tree.py)
     max_new: int
     temperature: float
     seed: int
@@ -92,7 +93,8 @@ def prepare(runtime: Runtime, statuses, r: RunRequest, progress):
     cfg = runtime.pairs[r.pair]
     try:
         drafting = with_overrides(cfg.drafting, depth=int(r.depth), width=int(r.width), budget=int(r.budget),
-                                  schedule=sched, adaptive_budget=bool(r.adaptive))
+                                  schedule=sched, adaptive_budget=bool(r.adaptive),
+                                  scores="paper" if r.paper_scores else "calibrated")
         gen = with_overrides(cfg.generation, max_new_tokens=int(r.max_new), temperature=float(r.temperature))
         spec = MethodSpec(r.method, eg=not r.no_eg, nd=not r.no_nd)
         engine = runtime.engine(r.pair, progress)

@@ -34,6 +34,7 @@ class Controls:
     schedule: gr.Textbox
     no_eg: gr.Checkbox
     no_nd: gr.Checkbox
+    paper_scores: gr.Checkbox
     max_new: gr.Slider
     temperature: gr.Slider
     seed: gr.Number
@@ -46,8 +47,8 @@ class Controls:
     stop_btn: gr.Button
 
     def inputs(self) -> list:
-        return [self.prompt, self.pair, self.method, self.schedule, self.no_eg, self.no_nd, self.max_new,
-                self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive, self.compare]
+        return [self.prompt, self.pair, self.method, self.schedule, self.no_eg, self.no_nd, self.paper_scores,
+                self.max_new, self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive, self.compare]
 
     @classmethod
     def place(cls, examples: list[str], pair_choices, default_pair: str, drafting) -> "Controls":
@@ -59,6 +60,8 @@ class Controls:
         with gr.Row():
             no_eg = gr.Checkbox(label="w/o EG (ablation)", elem_id="no-eg")
             no_nd = gr.Checkbox(label="w/o ND (ablation)", elem_id="no-nd")
+            paper_scores = gr.Checkbox(label="Paper scores (a mid score replaces the n-gram's)",
+                                       value=drafting.scores == "paper", elem_id="paper-scores")
         max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens", elem_id="max-new")
         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
         seed = gr.Number(value=0, precision=0, label="Seed")
@@ -73,8 +76,8 @@ class Controls:
         with gr.Row():
             go_btn = gr.Button("Generate", variant="primary", elem_id="generate")
             stop_btn = gr.Button("Stop", elem_id="stop")
-        return cls(prompt, pair, method, schedule, no_eg, no_nd, max_new, temperature, seed, depth, width, budget,
-                   adaptive, compare, go_btn, stop_btn)
+        return cls(prompt, pair, method, schedule, no_eg, no_nd, paper_scores, max_new, temperature, seed, depth,
+                   width, budget, adaptive, compare, go_btn, stop_btn)
 
 
 @dataclass

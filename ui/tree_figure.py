@@ -240,4 +240,12 @@ def hover(t, v: int, strings) -> str:
     site = ", graft site" if t.graft_site[v] else ""
     return (f"{strings.get(t.token[v], t.token[v])!r} (id {t.token[v]}), node {v}<br>depth {t.depth[v]}, "
             f"step {t.step[v]}, by {who}{site}<br>p = {math.exp(t.logp[v]):.3f}, s = {math.exp(t.score[v]):.4f}"
-            f"<br>{state}")
+            f"{own_scores(t, v)}<br>{state}")
+
+
+def own_scores(t, v: int) -> str:
+    """Each drafter's own p of a node, where the trace has them (p above may be the calibrated one)."""
+    if t.p_small is None or v == 0:
+        return ""
+    parts = [f"{name} {p:.3f}" for name, p in (("n-gram", t.p_small[v]), ("mid", t.p_mid[v])) if p is not None]
+    return f"<br>own p: {', '.join(parts)}" if parts else ""
