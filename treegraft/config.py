@@ -42,6 +42,9 @@ class DraftingConfig(_Strict):
     mid_pool_max: int | None = Field(None, ge=1, le=512, description="a mid step scores at most this many "
                                      "unevaluated nodes, best path score first (with their unevaluated ancestors, "
                                      "which score at least as high); None: every one (SPEC 2.1)")
+    mid_levels: int | None = Field(None, ge=1, le=64, description="a mid step scores only pool nodes at most "
+                                   "this many unevaluated ancestors deep (the draft head runs one forward per such "
+                                   "level); deeper ones wait for a later call. None: every one (SPEC 2.1)")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "
