@@ -62,7 +62,7 @@ def test_paper_rule_lets_a_weak_mid_overwrite_a_confident_ngram_branch():
 
 def test_calibrated_scores_keep_what_the_record_earns():
     model = learned()
-    tree = small_tree(model.calibrated_logp)
+    tree = small_tree(model)
     before = tree.score.copy()
     refresh_children(tree, np.array([0, 1]), weak_mid_scores(tree, np.array([0, 1])))
     assert np.isfinite(tree.raw[[1, 2, 3], MID]).all()  # the mid's evidence was added
@@ -75,7 +75,7 @@ def test_calibrated_scores_keep_what_the_record_earns():
 
 
 def test_calibration_starts_at_the_drafters_own_p():
-    tree = small_tree(AcceptanceModel().calibrated_logp)  # no verification seen yet
+    tree = small_tree(AcceptanceModel())  # no verification seen yet
     assert np.exp(tree.logp[1:4]) == pytest.approx([0.95, 0.9, 0.05])
 
 
@@ -108,7 +108,7 @@ def test_trace_keeps_each_drafters_own_p_and_reads_older_traces():
     from treegraft.trace import RoundTrace, TreeSnapshot, round_from_dict
     from ui.tree_figure import hover
 
-    tree = small_tree(learned().calibrated_logp)
+    tree = small_tree(learned())
     add_child(tree, 0, 10, math.log(0.01), MID, 2)
     snap = TreeSnapshot.of(tree)
     assert snap.p_small[1] == pytest.approx(0.95) and snap.p_mid[1] == pytest.approx(0.01)
@@ -118,3 +118,16 @@ def test_trace_keeps_each_drafters_own_p_and_reads_older_traces():
     del old["tree"]["p_small"], old["tree"]["p_mid"]  # a trace saved before calibrated scores
     again = round_from_dict(old)
     assert again.tree.p_small is None and "own p" not in hover(again.tree, 1, {})
+
+
+def test_one_node_calibration_equals_the_batched_one():
+    model = learned()
+    rng = np.random.default_rng(1)
+    raw = np.log(rng.uniform(0.001, 1.0, size=(200, 2)))
+    raw[rng.random(200) < 0.3, 0] = np.nan
+    raw[rng.random(200) < 0.3, 1] = np.nan
+    raw[0] = [np.log(0.9), np.log(0.05)]  # exactly on bin edges
+    raw[raw[:, 0] != raw[:, 0], 1] = np.where(np.isnan(raw[raw[:, 0] != raw[:, 0], 1]), np.log(0.5),
+                                              raw[raw[:, 0] != raw[:, 0], 1])  # every node scored by someone
+    one = [model.one(s, m) for s, m in raw]
+    assert one == pytest.approx(model.many(raw).tolist())

@@ -186,7 +186,7 @@ class Engine:
         self.mid.begin_round()
         tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (d.top_k + d.span_max))
         if d.scores == "calibrated":
-            tree.calibration = self.pruner.acceptance.calibrated_logp
+            tree.calibration = self.pruner.acceptance
         return tree
 
     def learn(self, s: Session, v: Verified) -> None:

@@ -33,6 +33,8 @@ are unchanged (acceptance is lossless for any tree, including none).
 """
 from __future__ import annotations
 
+import bisect
+import math
 from collections import deque
 
 import numpy as np
@@ -43,6 +45,7 @@ from .profile import profiled
 from .tree import SMALL, DraftTree, add_child
 
 P_EDGES = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9])  # bin upper edges of a node's own p
+LOG_EDGES = np.log(P_EDGES).tolist()  # the same edges on log p (bins of `AcceptanceModel.one`)
 PRIOR_STRENGTH = 4.0  # pseudo-observations at the drafter's own p
 DECAY = 0.995  # per round: recent rounds weigh more (the prompt's kind changes acceptance)
 EXPLORE_AFTER = 8  # after this many rounds in a row that verified nothing of a drafted tree, verify one whole
@@ -52,32 +55,44 @@ class AcceptanceModel:
     """c(u) = P(u accepted | parent accepted), Beta-smoothed toward the drafters' own p, in cells of
     (the n-gram drafter's own p, the mid's own q): each axis binned by P_EDGES, plus a bin for "this drafter
     has not scored u" (`tree.raw`). Learned from every verification; it is also the map of "calibrated"
-    scores (tree.py): `calibrated_logp` puts both drafters on one scale."""
+    scores (tree.py): `one` and `many` put both drafters on one scale."""
 
     NONE = len(P_EDGES) + 1  # the bin of a drafter that has not scored the node
 
     def __init__(self):
         self.hits = np.zeros((self.NONE + 1, self.NONE + 1))  # [small bin, mid bin]
         self.trials = np.zeros((self.NONE + 1, self.NONE + 1))
+        self._lists = None  # (hits, trials) as Python lists for `one`, rebuilt after an update
 
     @classmethod
     def cells(cls, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(small bin [n], mid bin [n], prior p [n]) of the drafters' own log p raw [n, 2] (NaN: not scored);
         the prior is the more confident drafter's p."""
-        p = np.exp(raw)  # NaN stays NaN
-        scored = ~np.isnan(p)
-        bins = np.where(scored, np.digitize(np.nan_to_num(p), P_EDGES), cls.NONE)  # [n, 2]
-        prior = np.where(scored.any(1), np.max(np.where(scored, p, -1.0), axis=1), 0.0)
-        return bins[:, 0], bins[:, 1], prior
+        scored = ~np.isnan(raw)
+        logs = np.where(scored, raw, -np.inf)  # [n, 2]
+        bins = np.where(scored, np.digitize(logs, LOG_EDGES), cls.NONE)  # the bins of P_EDGES, on log p
+        return bins[:, 0], bins[:, 1], np.exp(logs.max(axis=1))  # exp(-inf) = 0: scored by neither
 
     def of_raw(self, raw: np.ndarray) -> np.ndarray:
         """[n] c for raw log p rows [n, 2]."""
         bs, bm, prior = self.cells(raw)
         return (self.hits[bs, bm] + PRIOR_STRENGTH * prior) / (self.trials[bs, bm] + PRIOR_STRENGTH)
 
-    def calibrated_logp(self, raw: np.ndarray) -> np.ndarray:
-        """[n] log c: the "calibrated" score of nodes from their drafters' own log p [n, 2]."""
+    def many(self, raw: np.ndarray) -> np.ndarray:
+        """[n] log c: the "calibrated" score (tree.py) of nodes from their drafters' own log p [n, 2]."""
         return np.log(np.maximum(self.of_raw(raw), 1e-12))
+
+    def one(self, small: float, mid: float) -> float:
+        """`many` for one node in plain Python (drafters call it per node); NaN: not scored."""
+        if self._lists is None:
+            self._lists = (self.hits.tolist(), self.trials.tolist())
+        hits, trials = self._lists
+        bs = self.NONE if small != small else bisect.bisect_right(LOG_EDGES, small)  # = np.digitize on p
+        bm = self.NONE if mid != mid else bisect.bisect_right(LOG_EDGES, mid)
+        best = max(x for x in (small, mid, -math.inf) if x == x)
+        prior = math.exp(best) if best > -math.inf else 0.0
+        c = (hits[bs][bm] + PRIOR_STRENGTH * prior) / (trials[bs][bm] + PRIOR_STRENGTH)
+        return math.log(max(c, 1e-12))
 
     def conditional(self, tree: DraftTree, nodes: np.ndarray) -> np.ndarray:
         """[n] c(u) for nodes."""
@@ -101,6 +116,7 @@ class AcceptanceModel:
         bs, bm, _ = self.cells(tree.raw[tried])
         np.add.at(self.trials, (bs, bm), 1.0)
         np.add.at(self.hits, (bs, bm), on_path[tried].astype(float))
+        self._lists = None
 
 
 WINDOW = 9  # recent timings kept per node count: the curve reads their median

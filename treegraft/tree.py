@@ -40,7 +40,7 @@ class DraftTree:
     alive: np.ndarray  # [cap] bool, False once deleted by an overwrite (the w/o-ND ablation)
     kept: np.ndarray  # [cap] bool, survives the prune to B_ver
     raw: np.ndarray = None  # [cap, 2] float64, each drafter's own log p (columns SMALL, MID; NaN: not scored)
-    calibration: object = None  # "calibrated" scores: raw [n, 2] -> log p [n] (None: the paper's rule)
+    calibration: object = None  # "calibrated" scores: .one(small, mid) / .many(raw [n, 2]) -> log p (None: paper)
     n: int = 1
     child_of: dict = field(default_factory=dict)  # (parent, token) -> node, live children only
     last_added: list = field(default_factory=lambda: [0])  # N_k: the nodes the previous step produced
@@ -75,7 +75,7 @@ def add_child(tree: DraftTree, parent: int, token: int, logp: float, drafter: in
     key = (parent, token)
     node = tree.child_of.get(key)
     if node is not None:
-        set_drafter_logp(tree, np.array([node]), drafter, np.array([logp]))
+        _set_one(tree, node, drafter, logp)
         tree.confirmed[node] |= 1 << drafter
         return node, False
     if tree.n >= len(tree.token):
@@ -83,7 +83,7 @@ def add_child(tree: DraftTree, parent: int, token: int, logp: float, drafter: in
     v = tree.n
     tree.n += 1
     tree.token[v], tree.parent[v], tree.depth[v] = token, parent, tree.depth[parent] + 1
-    set_drafter_logp(tree, np.array([v]), drafter, np.array([logp]))
+    _set_one(tree, v, drafter, logp)
     tree.score[v] = tree.score[parent] + tree.logp[v]
     tree.drafter[v], tree.step[v], tree.confirmed[v], tree.alive[v] = drafter, step, 1 << drafter, True
     tree.child_of[key] = v
@@ -94,7 +94,16 @@ def set_drafter_logp(tree: DraftTree, nodes: np.ndarray, drafter: int, logp: np.
     """A drafter's own log p for nodes [n]; p(v) by the tree's rule (module docstring). Scores are the
     caller's to recompute."""
     tree.raw[nodes, drafter] = logp
-    tree.logp[nodes] = logp if tree.calibration is None else tree.calibration(tree.raw[nodes])
+    tree.logp[nodes] = logp if tree.calibration is None else tree.calibration.many(tree.raw[nodes])
+
+
+def _set_one(tree: DraftTree, v: int, drafter: int, logp: float) -> None:
+    """set_drafter_logp for one node (the drafters' hot path: no arrays built)."""
+    tree.raw[v, drafter] = logp
+    if tree.calibration is None:
+        tree.logp[v] = logp
+    else:
+        tree.logp[v] = tree.calibration.one(float(tree.raw[v, 0]), float(tree.raw[v, 1]))
 
 
 def recompute_scores(tree: DraftTree) -> None:
