@@ -1,4 +1,5 @@
 """The cost-aware verification budget (treegraft/prune.py): pure parts, then wired into the engine."""
+import copy
 import math
 from contextlib import contextmanager
 
@@ -123,8 +124,10 @@ def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_draft
 def test_engine_keeps_the_pruned_tree_when_verification_is_free(engine, pair_drafting):
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=12)
     drafting = pair_drafting.model_copy(update={"verify_cost_cap": None})  # the cut alone (rounds re-measure T)
+    record = copy.deepcopy(engine.pruner.acceptance)  # calibrated scores read it: both runs start from it
     with cost_curve(engine, {0: 50.0, 64: 50.0}, pinned=True):
         adaptive = engine.generate(ids, MethodSpec("all-small"), drafting, gen)
+    engine.pruner.acceptance = record
     fixed = engine.generate(ids, MethodSpec("all-small"), pair_drafting.model_copy(update={"adaptive_budget": False}), gen)
     assert [sum(r.tree.kept) for r in adaptive.rounds] == [sum(r.tree.kept) for r in fixed.rounds]
     assert adaptive.new_tokens == fixed.new_tokens
