@@ -176,10 +176,10 @@ def test_target_answers_batched_greedy_equals_each_prompts_own_greedy():
     assert windows.flatten().tolist() == [t for r in got for t in r][: windows.numel()]
 
 
-def test_mid_pool_bounds_cap_the_levels_and_size_of_one_call():
-    """`mid_levels` keeps pool nodes with fewer unevaluated ancestors than the cap (one head forward per level),
-    `mid_pool_max` the best nodes by path score; the batch stays closed under unevaluated ancestors."""
-    from treegraft.drafters.graft import MidGrafter, unvisited_depth
+def test_mid_levels_cap_the_work_of_one_call():
+    """`mid_levels` keeps pool nodes with fewer unevaluated ancestors than the cap (one head forward per level);
+    the batch stays closed under unevaluated ancestors."""
+    from treegraft.drafters.graft import MidGrafter
 
     tree = DraftTree.new(0, capacity=16)
     chain = [0]
@@ -188,10 +188,8 @@ def test_mid_pool_bounds_cap_the_levels_and_size_of_one_call():
     side = add_child(tree, 0, 30, -2.0, SMALL, 1)[0]  # a weak sibling at depth 1
     tree.mid_visited[0] = True  # the root was evaluated by an earlier mid step
     grafter = MidGrafter(mid=None)
-    _, _, pool, batch = grafter._pool(tree, None, None)
+    _, _, pool, batch = grafter._pool(tree, None)
     assert pool.tolist() == list(range(1, tree.n))  # SPEC 2.1: every unevaluated node
-    assert unvisited_depth(tree, pool).tolist() == [0, 1, 2, 3, 4, 0]
-    _, _, pool, batch = grafter._pool(tree, None, 2)
+    assert node_levels(tree, pool, {0}).tolist() == [0, 1, 2, 3, 4, 0]
+    _, _, pool, batch = grafter._pool(tree, 2)
     assert pool.tolist() == [chain[1], chain[2], side] and batch.tolist() == pool.tolist()
-    _, _, pool, batch = grafter._pool(tree, 3, None)
-    assert pool.tolist() == chain[1:4] and set(batch.tolist()) == set(chain[1:4])  # best scores, ancestor-closed

@@ -37,8 +37,7 @@ class BenchMethod:
 
 # knob suffixes of a bench label: `:d=6` sets DraftingConfig.depth, and so on (the names of SPEC 2)
 KNOBS = {"d": "depth", "w": "width", "k": "top_k", "b": "budget", "span": "span_max", "n": "ngram_max",
-         "cap": "verify_cost_cap", "scores": "scores", "pool": "mid_pool_max",
-         "lv": "mid_levels"}
+         "cap": "verify_cost_cap", "scores": "scores", "lv": "mid_levels"}
 
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
@@ -47,7 +46,7 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
 
     Suffixes: :no-eg / :no-nd (ablations), :s=10101 (the fixed schedule), :adaptive / :fixed-budget, and
     the drafting knobs of KNOBS: :d=N (depth D), :w=N (width W), :k=N (top-K), :b=N (B_ver), :span=N
-    (copied spans, 0: off), :n=N (n-gram order), :cap=X (verify-cost cap), :pool=N / :lv=N (mid pool bounds),
+    (copied spans, 0: off), :n=N (n-gram order), :cap=X (verify-cost cap), :lv=N (mid pool bound),
     :scores=paper|calibrated (how a
     node's p is set, tree.py). So one run can sweep the tree's
     shape side by side, e.g. `all-small,all-small:d=3,all-small:w=4:k=2`. Values are validated as in

@@ -39,9 +39,6 @@ class DraftingConfig(_Strict):
         "calibrated", description="p(v) of a node: 'paper' = the last drafter's own probability (a mid refresh "
         "replaces the n-gram drafter's); 'calibrated' = the learned probability that the target accepts it, "
         "from both drafters' own scores (tree.py)")
-    mid_pool_max: int | None = Field(None, ge=1, le=512, description="a mid step scores at most this many "
-                                     "unevaluated nodes, best path score first (with their unevaluated ancestors, "
-                                     "which score at least as high); None: every one (SPEC 2.1)")
     mid_levels: int | None = Field(None, ge=1, le=64, description="a mid step scores only pool nodes at most "
                                    "this many unevaluated ancestors deep (the draft head runs one forward per such "
                                    "level); deeper ones wait for a later call. None: every one (SPEC 2.1)")

@@ -347,11 +347,10 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
         msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(p.messages)]
         enc.append(list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)))
     result = agreement(head, target, tok, rows, vocab, enc, max_new_tokens)
-    meta_path = folder / "distill.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = _read_meta(folder)
     meta["agreement"] = {"suite": suite, "prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
                          "per_depth": result}
-    meta_path.write_text(json.dumps(meta, indent=2))
+    (folder / "distill.json").write_text(json.dumps(meta, indent=2))
     return meta["agreement"]
 
 
@@ -364,11 +363,7 @@ def promote(trained: Path, current: Path) -> str:
     prompts and answer length, both measured) is higher; says what it did."""
     import shutil
 
-    def table(folder: Path) -> dict | None:
-        meta = folder / "distill.json"
-        return json.loads(meta.read_text()).get("agreement") if meta.exists() else None
-
-    new, old = table(trained), table(current)
+    new, old = _read_meta(trained).get("agreement"), _read_meta(current).get("agreement")
     if trained.resolve() == current.resolve():
         return f"{trained} is the pair's head already"
     if new is None:

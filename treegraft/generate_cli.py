@@ -31,7 +31,6 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--scores", choices=["calibrated", "paper"], default=None,
                    help="a node's p: learned acceptance from both drafters' scores, or the last drafter's own "
                         "(the paper's rule; default: the pair's setting)")
-    g.add_argument("--mid-pool-max", type=int, default=None, help="a mid step scores at most this many nodes")
     g.add_argument("--mid-levels", type=int, default=None,
                    help="a mid step scores only nodes with fewer unevaluated ancestors than this")
     src = g.add_mutually_exclusive_group(required=True)
@@ -50,7 +49,7 @@ def on_off(value: str | None) -> bool | None:
 def settings_from_args(pair, args):
     drafting = with_overrides(pair.drafting, depth=args.depth, width=args.width, top_k=args.draft_top_k,
                               budget=args.budget, adaptive_budget=on_off(args.adaptive_budget),
-                              scores=args.scores, mid_pool_max=args.mid_pool_max, mid_levels=args.mid_levels,
+                              scores=args.scores, mid_levels=args.mid_levels,
                               schedule=parse_schedule(args.schedule) if args.schedule else None)
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_p=args.top_p, top_k=args.top_k)

@@ -99,7 +99,10 @@ class AcceptanceModel:
         return self.of_raw(tree.raw[nodes])
 
     def path_acceptance(self, tree: DraftTree, nodes: np.ndarray) -> np.ndarray:
-        """[n] pi(v) for an ancestor-closed node set in index order (parents first)."""
+        """[n] pi(v) for an ancestor-closed node set in index order (parents first). A tree scored by this
+        record (calibrated scores) already holds it: pi(v) = s(v)."""
+        if tree.calibration is self:
+            return np.exp(tree.score[nodes])
         c = self.conditional(tree, nodes)
         pi = np.ones(tree.n)
         for v, cv in zip(nodes.tolist(), c.tolist()):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .profile import profiled
-from .tree import MID, SMALL, DraftTree
+from .tree import DraftTree
 
 TRACE_VERSION = 1
 TREE_FIELDS = ("token", "parent", "depth", "logp", "score", "drafter", "step", "confirmed",
@@ -61,7 +61,7 @@ class TreeSnapshot:
     @profiled("trace")
     def of(cls, tree: DraftTree) -> "TreeSnapshot":
         n = tree.n
-        own = [[None if np.isnan(x) else round(float(np.exp(x)), 4) for x in tree.raw[:n, d]] for d in (SMALL, MID)]
+        own = [[None if p != p else p for p in col] for col in np.exp(tree.raw[:n]).round(4).T.tolist()]  # NaN: None
         return cls(**{f: getattr(tree, f)[:n].tolist() for f in TREE_FIELDS}, p_small=own[0], p_mid=own[1])
 
     @property

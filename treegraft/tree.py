@@ -106,6 +106,19 @@ def _set_one(tree: DraftTree, v: int, drafter: int, logp: float) -> None:
         tree.logp[v] = tree.calibration.one(float(tree.raw[v, 0]), float(tree.raw[v, 1]))
 
 
+def node_levels(tree: DraftTree, nodes: np.ndarray, evaluated: set[int]) -> np.ndarray:
+    """[n] level of each node (index order): 0 if its parent was evaluated by the mid (or it is the root),
+    else one more than its parent's (the parent is then in `nodes`, at an earlier index). A draft head runs
+    one forward per level (drafters/head.py); `mid_levels` bounds them (drafters/graft.py)."""
+    level = {}
+    out = np.zeros(len(nodes), dtype=np.int64)
+    for i, v in enumerate(nodes.tolist()):
+        p = int(tree.parent[v])
+        level[v] = 0 if p < 0 or p in evaluated else level[p] + 1
+        out[i] = level[v]
+    return out
+
+
 def recompute_scores(tree: DraftTree) -> None:
     """s(v) = s(parent) * p(v), top-down (index order is topological)."""
     score, logp, parent = tree.score, tree.logp, tree.parent

@@ -2,8 +2,8 @@
 
 Where (expanded graft sites): the pool C_k is every live node the mid has not
 evaluated, root included (w/o EG: N_k, as a small step). The mid scores the pool and
-its unvisited ancestors in one call (`mid_levels` and `mid_pool_max` bound the pool, so
-one call's work stays bounded) (`MidDrafter` or `HeadDrafter`, the same
+its unvisited ancestors in one call (`mid_levels` bounds the pool, so one call's work
+stays bounded) (`MidDrafter` or `HeadDrafter`, the same
 interface); every child of an evaluated node gets p = q_mid(token | parent) and
 scores are recomputed top-down; the frontier F_k is the pool's top-W by the
 refreshed s(v) (graft sites).
@@ -21,7 +21,7 @@ import torch
 from ..profile import profiled
 from ..trace import StepTrace
 from ..tree import (MID, DraftTree, add_child, delete_subtree, mid_pool, recompute_scores, reselection_rate,
-                    rows_of, set_drafter_logp, small_pool, top_w, unvisited_closure)
+                    node_levels, rows_of, set_drafter_logp, small_pool, top_w, unvisited_closure)
 from .neural import MidScores
 
 
@@ -41,16 +41,6 @@ def refresh_children(tree: DraftTree, batch: np.ndarray, logq: MidScores) -> Non
         recompute_scores(tree)
 
 
-def unvisited_depth(tree: DraftTree, pool: np.ndarray) -> np.ndarray:
-    """[len(pool)] how many unevaluated ancestors each node of an EG pool has (pool: every live unevaluated
-    node, index order, so a node's unevaluated parent comes first)."""
-    level = {}
-    for v in pool.tolist():
-        p = int(tree.parent[v])
-        level[v] = 0 if p < 0 or tree.mid_visited[p] else level[p] + 1
-    return np.array([level[v] for v in pool.tolist()], dtype=np.int64)
-
-
 class MidGrafter:
     """The mid step of the shared tree, over a mid drafter (LM or draft head)."""
 
@@ -60,7 +50,7 @@ class MidGrafter:
         self.mid, self.eg, self.nd = mid, eg, nd
 
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
-        leaf_depth, n_k, pool, batch = self._pool(tree, s.drafting.mid_pool_max, s.drafting.mid_levels)
+        leaf_depth, n_k, pool, batch = self._pool(tree, s.drafting.mid_levels)
         added, confirmed, removed, frontier = [], [], [], pool[:0]
         if len(batch):
             logq = self.mid.evaluate(tree, s.committed, batch)  # [len(batch), S]
@@ -69,16 +59,14 @@ class MidGrafter:
                          removed=removed, n_k=n_k, reselect_rate=reselection_rate(tree, frontier, leaf_depth))
 
     @profiled("tree")
-    def _pool(self, tree: DraftTree, pool_max: int | None, levels: int | None):
-        """(deepest leaf, |N_k|, the pool C_k, the batch = pool + unvisited ancestors). Two bounds on the work
-        of one call: `levels` keeps the pool nodes with fewer than that many unevaluated ancestors (a draft
-        head runs one forward per level: head.py), `pool_max` the pool's best nodes by s(v) (a path's score
-        never grows with depth, so their unvisited ancestors mostly are among them)."""
+    def _pool(self, tree: DraftTree, levels: int | None):
+        """(deepest leaf, |N_k|, the pool C_k, the batch = pool + unvisited ancestors). `levels` bounds the work
+        of one call: only pool nodes with fewer unevaluated ancestors than that (a draft head runs one forward
+        per level); deeper ones wait for a later mid step."""
         pool = mid_pool(tree) if self.eg else small_pool(tree)
         if levels is not None and self.eg:
-            pool = pool[unvisited_depth(tree, pool) < levels]
-        if pool_max is not None and len(pool) > pool_max:
-            pool = np.sort(top_w(tree, pool, pool_max))
+            visited = set(np.flatnonzero(tree.mid_visited[: tree.n]).tolist())
+            pool = pool[node_levels(tree, pool, visited) < levels]
         return tree.max_leaf_depth(), len(small_pool(tree)), pool, unvisited_closure(tree, pool)
 
     @profiled("tree")

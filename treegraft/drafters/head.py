@@ -51,7 +51,7 @@ from transformers import AutoConfig, AutoModel, DynamicCache
 
 from ..kv import keep_slots
 from ..profile import profiled
-from ..tree import DraftTree
+from ..tree import DraftTree, node_levels
 from .neural import MidScores, draft_head_rows, tree_layout
 
 HEAD_WEIGHTS = "head.safetensors"
@@ -123,18 +123,6 @@ def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) ->
         raise ValueError(f"{folder / HEAD_WEIGHTS}: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
     head.body.embed_tokens = target.get_input_embeddings()
     return head.to(device=device, dtype=dtype).eval().requires_grad_(False)
-
-
-def node_levels(tree: DraftTree, nodes: np.ndarray, evaluated: set[int]) -> np.ndarray:
-    """[n] level of each node (index order): 0 if its parent's feature is known (or it is the root),
-    else one more than its parent's (the parent is then in `nodes`, at an earlier index)."""
-    level = {}
-    out = np.zeros(len(nodes), dtype=np.int64)
-    for i, v in enumerate(nodes.tolist()):
-        p = int(tree.parent[v])
-        level[v] = 0 if p < 0 or p in evaluated else level[p] + 1
-        out[i] = level[v]
-    return out
 
 
 class HeadDrafter:
