@@ -193,3 +193,70 @@ def test_mid_levels_cap_the_work_of_one_call():
     assert node_levels(tree, pool, {0}).tolist() == [0, 1, 2, 3, 4, 0]
     _, _, pool, batch = grafter._pool(tree, 2)
     assert pool.tolist() == [chain[1], chain[2], side] and batch.tolist() == pool.tolist()
+
+
+def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(fp32_pair, monkeypatch):
+    """Block 0 is the training suite then ShareGPT's first turns (the first cache file); later blocks take
+    further first turns in one fixed order, never repeating a prompt, so more prompts only add blocks."""
+    import random
+
+    import treegraft.distill as distill
+    from treegraft.answers import AnswerSettings, answer_prompts, bench_texts
+
+    convs = [[{"role": "user", "content": f"Question number {i}: what is {i} times {i + 1}?"},
+              {"role": "assistant", "content": "..."}] for i in range(400)]
+    from treegraft.prompts import load_prompts
+
+    bench, train = sorted(bench_texts())[0], load_prompts("train")[0].messages[0]
+    for i in range(0, 400, 10):
+        convs[i][0]["content"] = bench  # a bench prompt is never answered for training
+        convs[i + 5][0]["content"] = train  # block 0 has it already
+
+    def conversations(limit, seed):  # the package's parser over a synthetic file: seeded order, then a cut
+        out = list(convs)
+        random.Random(seed).shuffle(out)
+        return out[:limit]
+
+    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
+    tok = fp32_pair.tokenizer
+    small = AnswerSettings(prompts=40, block=20)
+    more = AnswerSettings(prompts=60, block=20)
+    assert (small.blocks, more.blocks, AnswerSettings(prompts=41, block=20).blocks) == (2, 3, 3)
+    assert small.cache_file(0) == more.cache_file(0) and small.cache_file(1) == more.cache_file(1)
+    assert more.cache_file(0) != more.cache_file(1)
+    blocks = [answer_prompts(tok, more, b) for b in range(3)]
+    assert [answer_prompts(tok, small, b) for b in range(2)] == blocks[:2]
+    assert all(len(b) == 20 for b in blocks)
+    texts = [tok.decode(ids) for b in blocks for ids in b]
+    assert len(set(texts)) == 60
+    assert not any(bench in t for t in texts)
+
+
+def test_candidates_loss_keeps_every_top_token_and_trains(tmp_path):
+    """The candidates loss's set holds every target top token of the batch, filled up to its size with others
+    drawn from the generator, and equals the full KL when the set is the whole vocabulary."""
+    from treegraft.distill_head import HeadSettings, candidate_rows, fit, head_loss, target_features, target_top
+    from treegraft.drafters.head import DraftHead
+
+    target = tiny_model(1)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (12, 16), generator=gen)
+    feats = target_features(target, ids, batch=4).float()
+    rows = target.get_output_embeddings().weight.float()  # [V, H]
+    top = target_top(feats, rows, 2)  # [12, 16, 2]
+    assert top.dtype == torch.int16 and torch.equal(top[..., 0].long(), (feats @ rows.T).argmax(-1))
+    s = HeadSettings(seq_len=16, batch=4, max_steps=3, depths=2, minutes=5, loss="candidates", candidates=10,
+                     cand_top=2)
+    cand = candidate_rows(rows, top[:1, :3], s, gen)  # 3 positions' top 2
+    need = {int(t) for t in top[:1, :3].flatten()}
+    assert len(cand) == max(10, len(need)) < len(rows)
+    held = {i for i in range(len(rows)) if any(torch.equal(rows[i], c) for c in cand)}
+    assert need <= held
+    head = DraftHead.from_target(target)
+    outs = [head(feats[:4], ids[:4])]
+    whole = candidate_rows(rows, top[:4], HeadSettings(candidates=len(rows)), gen)
+    assert torch.allclose(head_loss(outs, feats[:4], whole, s)[0], head_loss(outs, feats[:4], rows, s)[0])
+    meta = fit(head, ids, feats, rows, s, tmp_path / "a")
+    assert meta["steps"] == 3 and meta["settings"]["loss"] == "candidates"
+    with pytest.raises(ValueError, match="unknown head loss"):
+        fit(head, ids, feats, rows, HeadSettings(seq_len=16, batch=4, max_steps=1, loss="sampled"), tmp_path / "b")

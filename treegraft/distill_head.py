@@ -22,6 +22,14 @@ later draft depths see the head's own features as they will when drafting):
              + reg_weight * smooth_l1(fm_i, F_i),  for i >= m - 1
     loss   = sum_m decay^(m-1) loss_m
 
+`loss: candidates` (cheaper): both distributions are renormalised over one
+candidate set C per batch instead of the whole draft vocabulary: every token in
+the target's top `cand_top` at any position of the batch, filled up to
+`candidates` tokens with uniformly drawn others. The logits of a step then cost
+|C| / S of the full ones (the target's top tokens are ranked once per run, at
+its start). Evaluation always ranks the whole draft
+vocabulary. `--profile-step` times both losses' phases on this host.
+
 Pass m's query at position i attends to pass-1 keys at j <= i - m + 1 (the real
 prefix) and to its own chain: pass-m' keys at j = i - m + m' (m' = 2..m), which is
 exactly what the head sees when it drafts m tokens deep after position i - m + 1.
@@ -73,6 +81,9 @@ class HeadSettings:
     eval_every: int = 50
     patience: int = 3  # evaluations without a better depth-1 agreement before the deeper passes start
     init_from: str | None = None  # start from the weights of a saved head folder (not its optimiser)
+    loss: str = "full"  # full | candidates (module docstring)
+    candidates: int = 1024  # |C| of the candidates loss
+    cand_top: int = 8  # the target's top tokens per position that C always holds
 
 
 def unrolled_mask(T: int, m: int, dtype: torch.dtype) -> torch.Tensor:
@@ -106,7 +117,8 @@ def unrolled(head: DraftHead, feats: torch.Tensor, ids: torch.Tensor, depths: in
 
 
 def head_loss(outs: list[torch.Tensor], feats: torch.Tensor, rows: torch.Tensor, s: HeadSettings):
-    """(loss, per-pass top-1 agreement with the target's best draft-vocabulary token)."""
+    """(loss, per-pass top-1 agreement with the target's best token among `rows`); rows [S, H] are the whole
+    draft vocabulary or a candidate set (`candidate_rows`)."""
     with torch.no_grad():
         t_logp = F.log_softmax(feats @ rows.T, dim=-1)  # [b, T, S]
         want = t_logp.argmax(-1)
@@ -119,6 +131,25 @@ def head_loss(outs: list[torch.Tensor], feats: torch.Tensor, rows: torch.Tensor,
         total = total + s.decay ** (m - 1) * (kl + s.reg_weight * reg)
         acc.append(float((logq.argmax(-1) == want[:, sl]).float().mean()))
     return total, acc
+
+
+def candidate_rows(rows: torch.Tensor, top: torch.Tensor, s: HeadSettings, gen: torch.Generator) -> torch.Tensor:
+    """[|C|, H] the rows of one batch's candidate set: every token of the target's top [b, T, cand_top]
+    (indices into rows), filled up to s.candidates with uniformly drawn others (module docstring)."""
+    keep = torch.zeros(len(rows), dtype=torch.bool)
+    keep[top.reshape(-1).long()] = True
+    need = s.candidates - int(keep.sum())
+    if need > 0:
+        others = (~keep).nonzero().squeeze(1)
+        keep[others[torch.randperm(len(others), generator=gen)[:need]]] = True
+    return rows[keep.nonzero().squeeze(1).to(rows.device)]
+
+
+@torch.no_grad()
+def target_top(feats: torch.Tensor, rows: torch.Tensor, k: int, batch: int = 8) -> torch.Tensor:
+    """[N, T, k] int16 the target's top-k draft-vocabulary tokens at every position of the windows."""
+    return torch.cat([(feats[i: i + batch].float() @ rows.T).topk(k, -1).indices.to(torch.int16)
+                      for i in range(0, len(feats), batch)])
 
 
 def cut_windows(tok, s: HeadSettings) -> torch.Tensor:
@@ -215,6 +246,9 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
     n_val = min(s.val_windows, len(ids) // 4)
     train_ids, val_ids = ids[: len(ids) - n_val], ids[len(ids) - n_val:]
     train_feats, val_feats = feats[: len(ids) - n_val], feats[len(ids) - n_val:]
+    if s.loss not in ("full", "candidates"):
+        raise ValueError(f"unknown head loss {s.loss!r}: full or candidates")
+    top = target_top(train_feats, rows, s.cand_top) if s.loss == "candidates" else None  # [N, T, cand_top]
     opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0)
     ckpt = out / "train_state.pt"
     step, elapsed = 0, 0.0
@@ -239,7 +273,7 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         pick = torch.randint(0, len(train_ids), (s.batch,), generator=gen)
         x, f = train_ids[pick].to(rows.device), train_feats[pick].to(rows.device).float()
         outs = unrolled(head, f, x, cur["passes"], noise=s.noise)
-        loss, last_acc = head_loss(outs, f, rows, s)
+        loss, last_acc = head_loss(outs, f, rows if top is None else candidate_rows(rows, top[pick], s, gen), s)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -259,6 +293,50 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
                 train_top1_last_batch=[round(a, 3) for a in last_acc], passes=cur["passes"], log=cur["log"])
     save_head(head, out, meta)
     return meta
+
+
+def profile_step(pair: PairConfig, s: HeadSettings, steps: int = 4) -> dict:
+    """Wall time of one training step's phases on this host (head forward, loss, backward, optimiser), per
+    loss, at s.depths passes, on s.batch text windows; the step is the same as `fit`'s."""
+    from .drafters.head import load_head
+
+    device = pick_device(pair.device)
+    tok = load_tokenizer(pair.target)
+    target = load_model(pair.target, torch.float32, device)
+    rows = target.get_output_embeddings().weight[load_draft_vocab(pair.mid, len(tok))].float()  # [S, H]
+    ids = cut_windows(tok, HeadSettings(windows=s.batch, seq_len=s.seq_len, seed=s.seed))
+    feats = target_features(target, ids).float()
+    folder = default_out(pair)
+    head = load_head(folder, target, torch.float32, device) if (folder / HEAD_WEIGHTS).exists() \
+        else DraftHead.from_target(target)
+    head.train()
+    params = [p.requires_grad_(True) for n, p in head.named_parameters() if not n.startswith("body.embed_tokens")]
+    opt = torch.optim.AdamW(params, lr=1e-6)
+    out = {"host_threads": torch.get_num_threads(), "batch": s.batch, "seq_len": s.seq_len, "passes": s.depths,
+           "draft_vocab": len(rows), "candidates": s.candidates, "per_loss": {}}
+    gen = torch.Generator().manual_seed(0)
+    top = target_top(feats, rows, s.cand_top)
+    for loss_kind in ("full", "candidates"):
+        phases = {"head forward": [], "loss": [], "backward": [], "optimiser": [], "step": []}
+        for i in range(steps + 1):  # the first is a warm-up
+            t0 = time.perf_counter()
+            outs = unrolled(head, feats, ids, s.depths, noise=s.noise)
+            t1 = time.perf_counter()
+            r = rows if loss_kind == "full" else candidate_rows(rows, top, s, gen)
+            loss, _ = head_loss(outs, feats, r, s)
+            t2 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            t3 = time.perf_counter()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            t4 = time.perf_counter()
+            if i:
+                for k, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+                    phases[k].append(dt)
+        med = {k: round(1000 * sorted(v)[len(v) // 2], 1) for k, v in phases.items()}
+        out["per_loss"][loss_kind] = {"median_ms": med, "candidate_rows": len(r)}
+    return out
 
 
 @torch.no_grad()
