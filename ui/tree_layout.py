@@ -23,7 +23,6 @@ LINE_EM = 1.3
 KEPT_WEIGHT, PRUNED_WEIGHT = 1.0, 0.3
 ROOM = 1.4  # a kept node's slot, in label lines, when the height allows
 MIN_WIDTH_PX = 640  # labels are placed so as not to overlap down to this plot width
-PAD_PX = 1.0  # room kept around each label box: browsers' text boxes differ from the estimate by a pixel
 MARGIN = {"l": 10, "r": 10, "t": 110, "b": 95}  # title above, Play and the frame slider below
 
 
@@ -140,8 +139,7 @@ def label_box(xy, size: float, text: str, font: int) -> tuple[float, float, floa
     x, y = xy
     half = font * LINE_EM / 2
     left = x + size / 2 - 0.5  # Plotly starts the text a few px right of the marker: this box is wider
-    return (left - PAD_PX, y - half - PAD_PX, left + cells(text) * CHAR_EM * font + 3 + PAD_PX,
-            y + half + PAD_PX)
+    return left, y - half, left + cells(text) * CHAR_EM * font + 3, y + half
 
 
 def marker_box(xy, size: float) -> tuple[float, float, float, float]:
