@@ -272,12 +272,8 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
             g["lr"] = s.lr * min(1.0, (step + 1) / 30) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
         pick = torch.randint(0, len(train_ids), (s.batch,), generator=gen)
         x, f = train_ids[pick].to(rows.device), train_feats[pick].to(rows.device).float()
-        outs = unrolled(head, f, x, cur["passes"], noise=s.noise)
-        loss, last_acc = head_loss(outs, f, rows if top is None else candidate_rows(rows, top[pick], s, gen), s)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        r = rows if top is None else candidate_rows(rows, top[pick], s, gen)
+        loss, last_acc, _ = train_step(head, params, opt, x, f, r, s, cur["passes"])
         step += 1
         bar.update(max(0, int(time.time() - start) - bar.n))
         bar.set_postfix(step=step, passes=cur["passes"], loss=f"{loss.item():.3f}",
@@ -293,6 +289,24 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
                 train_top1_last_batch=[round(a, 3) for a in last_acc], passes=cur["passes"], log=cur["log"])
     save_head(head, out, meta)
     return meta
+
+
+def train_step(head: DraftHead, params: list, opt, x: torch.Tensor, f: torch.Tensor, rows: torch.Tensor,
+               s: HeadSettings, passes: int):
+    """One optimiser step on windows x [b, T] with the target's features f [b, T, H] against rows [S', H]:
+    (loss, per-pass top-1, seconds of (head forward, loss, backward, optimiser))."""
+    t0 = time.perf_counter()
+    outs = unrolled(head, f, x, passes, noise=s.noise)
+    t1 = time.perf_counter()
+    loss, acc = head_loss(outs, f, rows, s)
+    t2 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    t3 = time.perf_counter()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    t4 = time.perf_counter()
+    return loss, acc, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 
 
 def profile_step(pair: PairConfig, s: HeadSettings, steps: int = 4) -> dict:
@@ -319,20 +333,10 @@ def profile_step(pair: PairConfig, s: HeadSettings, steps: int = 4) -> dict:
     for loss_kind in ("full", "candidates"):
         phases = {"head forward": [], "loss": [], "backward": [], "optimiser": [], "step": []}
         for i in range(steps + 1):  # the first is a warm-up
-            t0 = time.perf_counter()
-            outs = unrolled(head, feats, ids, s.depths, noise=s.noise)
-            t1 = time.perf_counter()
             r = rows if loss_kind == "full" else candidate_rows(rows, top, s, gen)
-            loss, _ = head_loss(outs, feats, r, s)
-            t2 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            t3 = time.perf_counter()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            t4 = time.perf_counter()
+            *_, times = train_step(head, params, opt, ids, feats, r, s, s.depths)
             if i:
-                for k, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+                for k, dt in zip(phases, (*times, sum(times))):
                     phases[k].append(dt)
         med = {k: round(1000 * sorted(v)[len(v) // 2], 1) for k, v in phases.items()}
         out["per_loss"][loss_kind] = {"median_ms": med, "candidate_rows": len(r)}
