@@ -195,7 +195,7 @@ def test_mid_levels_cap_the_work_of_one_call():
     assert pool.tolist() == [chain[1], chain[2], side] and batch.tolist() == pool.tolist()
 
 
-def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(fp32_pair, monkeypatch):
+def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(fp32_pair, monkeypatch, tmp_path):
     """Block 0 is the training suite then ShareGPT's first turns (the first cache file); later blocks take
     further first turns in one fixed order, never repeating a prompt, so more prompts only add blocks."""
     import random
@@ -230,6 +230,16 @@ def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(
     texts = [tok.decode(ids) for b in blocks for ids in b]
     assert len(set(texts)) == 60
     assert not any(bench in t for t in texts)
+
+    import json
+
+    import treegraft.answers as answers
+
+    monkeypatch.setattr(answers, "cache_root", lambda: tmp_path)  # a complete block is read, never rebuilt
+    rows = [{"ids": ids, "prompt_len": len(ids), "sampled": False} for ids in blocks[1]]
+    more.cache_file(1).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(answers, "answer_prompts", lambda *a: pytest.fail("re-read the prompt pool"))
+    assert answers.block_answers(None, tok, more, 1) == rows
 
 
 def test_candidates_loss_keeps_every_top_token_and_trains(tmp_path):

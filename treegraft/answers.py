@@ -126,6 +126,8 @@ def block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
     """One block's answers; batches are sorted by prompt length so that little padding is computed."""
     path = s.cache_file(block)
     done = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+    if len(done) >= s.block:  # a complete block: no need to rebuild (and re-read) its prompt pool
+        return done
     done = done[: len(done) // s.batch * s.batch]  # whole batches only (a cut one is redone)
     prompts = answer_prompts(tok, s, block)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
