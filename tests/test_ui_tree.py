@@ -12,6 +12,7 @@ from ui.animation import round_frames
 from ui.gallery import MAX_ENTRY_BYTES, entries, load_entry, GALLERY_DIR
 from ui.timeline import round_commits, timeline_figure
 from ui.tree_figure import NODE_KEYS, NAMES, latest_drafting_round, tree_figure
+from ui.style import COMPARE_LABEL_WIDTH
 from ui.tree_layout import CHAR_EM, LINE_EM, MARGIN, MIN_WIDTH_PX, cells, layout, short_label
 
 WORDS = ["\u00b7the", "\u00b7a", "ing", "\n", "\u00b7tree", "<|im_end|>", "\u00b7assistant", "\u4f60\u597d", "ly", ",",
@@ -55,9 +56,9 @@ def big_round(seed: int = 0, kept: int = 63):
     return rt, strings
 
 
-def boxes(pl, rt, strings):
+def boxes(pl, rt, strings, width: int = MIN_WIDTH_PX):
     """Label and marker boxes in the plot's pixels, recomputed here from the placement (not the module's helpers)."""
-    plot_w = MIN_WIDTH_PX - MARGIN["l"] - MARGIN["r"]
+    plot_w = width - MARGIN["l"] - MARGIN["r"]
     plot_h = pl.height - MARGIN["t"] - MARGIN["b"]
     x0, x1 = pl.x_range
 
@@ -81,17 +82,44 @@ def hit(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
+def test_labels_are_placed_for_the_width_they_are_drawn_at():
+    """A compare side is about half the run view's width: layers come closer, so labels placed for the run view
+    would cover each other there; placed for the compare side's width, none do and most stay."""
+    rng = random.Random(0)
+    t = DraftTree.new(1000, 64)
+    while t.n < 40:
+        add_child(t, rng.randrange(t.n), rng.randrange(5000), math.log(rng.uniform(0.05, 0.9)), SMALL, 1)
+    prune(t, 63)
+    snap = TreeSnapshot.of(t)
+    rt = RoundTrace(index=0, prefix_len=8, tree=snap, bonus_token=None, steps=[], accepted_path=[0],
+                    accepted_tokens=[])
+    strings = {tok: "\u00b7tree\u00b7" for tok in snap.token}
+
+    def drawn(placed_for: int, drawn_at: int) -> tuple[int, int]:
+        pl = layout(snap, list(range(snap.size)), set(range(snap.size)), strings, width=placed_for)
+        items = list(boxes(pl, rt, strings, drawn_at)[0].values())
+        return sum(hit(a, b) for i, a in enumerate(items) for b in items[i + 1:]), len(items)
+
+    assert drawn(MIN_WIDTH_PX, MIN_WIDTH_PX) == (0, 40)
+    assert drawn(MIN_WIDTH_PX, COMPARE_LABEL_WIDTH)[0] > 0
+    overlapping, labelled = drawn(COMPARE_LABEL_WIDTH, COMPARE_LABEL_WIDTH)
+    assert overlapping == 0 and labelled >= 15
+
+
 def test_big_round_has_63_kept_and_300_pruned():
     rt, _ = big_round()
     assert rt.tree.size == 364 and sum(rt.tree.kept) - 1 == 63
 
 
-def test_layout_labels_never_overlap_on_63_kept_plus_300_pruned():
+@pytest.mark.parametrize("width,readable", [(MIN_WIDTH_PX, 40), (COMPARE_LABEL_WIDTH, 15)])
+def test_layout_labels_never_overlap_on_63_kept_plus_300_pruned(width, readable):
+    """At the run view's narrowest width and at a compare side's (half as wide: fewer labels, none overlapping)."""
     rt, strings = big_round()
     t = rt.tree
     kept = {v for v in range(t.size) if t.kept[v]}
-    pl = layout(t, list(range(t.size)), kept, strings, accepted=rt.accepted_path, bonus_token=rt.bonus_token)
-    labels, markers = boxes(pl, rt, strings)
+    pl = layout(t, list(range(t.size)), kept, strings, accepted=rt.accepted_path, bonus_token=rt.bonus_token,
+                width=width)
+    labels, markers = boxes(pl, rt, strings, width)
     items = list(labels.items())
     for i, (u, a) in enumerate(items):
         for w, b in items[i + 1:]:
@@ -99,7 +127,7 @@ def test_layout_labels_never_overlap_on_63_kept_plus_300_pruned():
         for w, m in markers.items():  # the accepted path's labels (placed first) may touch a neighbour's marker
             assert w == u or u in rt.accepted_path or u == -1 or not hit(a, m), (u, w)
     assert set(rt.accepted_path) <= set(pl.labels) and -1 in pl.labels  # the path and the bonus are named
-    assert len(labels) >= 40  # most of the verified tree stays readable
+    assert len(labels) >= readable  # most of the verified tree stays readable
     assert all(cells(s) <= 6 for s in pl.labels.values())
     # layered: x is the depth; within a layer the order follows the parents' (no crossing edges)
     assert all(pl.pos[v][0] == t.depth[v] for v in range(t.size))

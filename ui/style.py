@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .tree_layout import MIN_WIDTH_PX
+
 
 @dataclass(frozen=True)
 class Style:
@@ -14,10 +16,13 @@ class Style:
     tree_max: int
     chart_height: int  # timeline, margin, speedup charts
     wrap: int  # characters per title line
+    label_width: int = MIN_WIDTH_PX  # the narrowest plot width (px) the tree's labels are placed for
 
 
 NORMAL = Style("normal", font=11, title=13, legend=10, tree_height=560, tree_max=900, chart_height=280, wrap=95)
 PRESENT = Style("present", font=15, title=19, legend=14, tree_height=720, tree_max=1000, chart_height=330, wrap=100)
+
+COMPARE_LABEL_WIDTH = 360  # a compare side's tree: half the main column (390 px wide in a 1,500 px window)
 
 
 def style_of(present: bool) -> Style:

@@ -87,7 +87,7 @@ def tree_figure(rt: RoundTrace, token_strings: dict[int, str], show: str = "all"
     nodes = visible_nodes(rt, show)
     kept = {v for v in nodes if t.kept[v]}
     pl = layout(t, nodes, kept, token_strings, style.tree_height, style.tree_max, style.font,
-                accepted=[v for v in rt.accepted_path if v in kept], bonus_token=rt.bonus_token)
+                accepted=[v for v in rt.accepted_path if v in kept], bonus_token=rt.bonus_token, width=style.label_width)
     frames = round_frames(rt) if animate and show == "all" else [round_frames(rt)[-1]]
     head = title or summary_title(rt)
     fig = go.Figure(data=frame_traces(rt, pl, frames[-1], nodes, token_strings, style))

@@ -92,10 +92,11 @@ BONUS = -1  # the bonus token's key in a Placement: a column of its own right of
 
 def layout(tree, nodes: list[int], kept: set[int], token_strings: dict[int, str], base_height: int = 560,
            max_height: int = 900, font: int = 11, accepted: list[int] | None = None,
-           bonus_token: int | None = None) -> Placement:
+           bonus_token: int | None = None, width: int = MIN_WIDTH_PX) -> Placement:
     """Positions, marker sizes and labels of `nodes` (a subset of `tree`'s, closed under parents).
     kept: the nodes drawn as verified (more room); accepted: the path labelled first, and the bonus token
-    (placed at BONUS, level with the path's last node) when bonus_token is given."""
+    (placed at BONUS, level with the path's last node) when bonus_token is given; width: the narrowest plot
+    width (px) the labels must not overlap at."""
     order = preorder(tree.parent, tree.score, nodes)
     weight = {v: KEPT_WEIGHT if v in kept or v == 0 else PRUNED_WEIGHT for v in order}
     pos = layer_positions(order, tree.depth, weight)
@@ -115,7 +116,7 @@ def layout(tree, nodes: list[int], kept: set[int], token_strings: dict[int, str]
         texts[BONUS] = short_label(token_strings.get(bonus_token, str(bonus_token)))
         ranked.insert(1 + sum(v in accepted for v in ranked[1:]), BONUS)
     path = {0, BONUS} | set(accepted or [])
-    labels = place_labels(ranked, texts, pixel_xy(pos, x_range, plot_h), size, font, depth, path)
+    labels = place_labels(ranked, texts, pixel_xy(pos, x_range, plot_h, width), size, font, depth, path)
     return Placement(pos, size, labels, height, x_range, font)
 
 
