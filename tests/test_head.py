@@ -270,3 +270,32 @@ def test_candidates_loss_keeps_every_top_token_and_trains(tmp_path):
     assert meta["steps"] == 3 and meta["settings"]["loss"] == "candidates"
     with pytest.raises(ValueError, match="unknown head loss"):
         fit(head, ids, feats, rows, HeadSettings(seq_len=16, batch=4, max_steps=1, loss="sampled"), tmp_path / "b")
+
+
+def test_task_prompts_cover_each_kind_from_the_sources_and_are_fixed_by_the_seed(monkeypatch):
+    """Task prompts (translation, summaries, context QA, word problems, code) in their shares, composed from the
+    distillation sources (here a synthetic ShareGPT: English prose answers, a few German turns) and the standard
+    library; the same seed gives the same prompts."""
+    import treegraft.distill as distill
+    from treegraft.answers import bench_texts
+    from treegraft.task_prompts import KINDS, task_prompts
+
+    prose = ("The river flooded the lower town in spring. Farmers moved their animals to the hills before the water "
+             "rose. Most houses were repaired within a month, and the council built a new wall along the bank. ")
+    german = "Wir haben am Abend lange gesprochen und die Kinder sind nicht müde, aber ich bin es."
+    convs = [[{"role": "user", "content": f"What happened to town {i}?"},
+              {"role": "assistant", "content": prose * (1 + i % 4)}] for i in range(60)]
+    convs += [[{"role": "user", "content": german}, {"role": "assistant", "content": "Sehr gut."}]] * 5
+    monkeypatch.setattr(distill, "sharegpt_conversations", lambda limit, seed: list(convs))
+    prompts = task_prompts(80, 0)
+    assert prompts == task_prompts(80, 0) and prompts != task_prompts(80, 1)
+    assert len(prompts) == 80 and not set(prompts) & bench_texts()
+    kinds = {"translation": sum(p.lower().startswith(("translate", "please translate", "how would you say",
+                                                      "what does this mean")) for p in prompts),
+             "summarisation": sum("summar" in p.split("\n")[0].lower() or p.startswith("Condense") for p in prompts),
+             "qa": sum("\n\nContext: " in p and "\n\nQuestion: " in p for p in prompts),
+             "code": sum("Python function" in p for p in prompts)}
+    kinds["math"] = 80 - sum(kinds.values())
+    assert kinds == {k: round(share * 80) for k, share in KINDS.items()}
+    assert any("English" in p and german.split(".")[0][:20] in p for p in prompts)  # into English too
+    assert all(prose.split(".")[0] in p for p in prompts if "Context: " in p)  # passages are the sources' answers

@@ -42,6 +42,8 @@ class AnswerSettings:
     sampled_share: float = 0.25
     temperature: float = 0.8
     seed: int = 0
+    tasks: int = 0  # task prompts answered too (task_prompts.py; 0 = none)
+    task_prompt_tokens: int = 384  # their passages make them longer
 
     @property
     def blocks(self) -> int:
@@ -51,6 +53,10 @@ class AnswerSettings:
         key = (f"answers-{self.block}p-{self.max_prompt_tokens}-{self.max_new_tokens}t-"
                f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}" + (f"-b{block}" if block else ""))
         return cache_root() / f"{key}.jsonl"
+
+    def task_file(self) -> Path:
+        return cache_root() / (f"answers-tasks{self.tasks}-{self.task_prompt_tokens}-{self.max_new_tokens}t-"
+                               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}.jsonl")
 
 
 def bench_texts() -> set[str]:
@@ -117,19 +123,42 @@ def generate_batch(target, prompts: list[list[int]], s: AnswerSettings, sample: 
 
 
 def target_answers(target, tok, s: AnswerSettings) -> list[dict]:
-    """[{"ids": prompt + answer, "prompt_len", "sampled"}] for every block, each made (or continued) in its
-    cache file."""
-    return [row for b in range(s.blocks) for row in block_answers(target, tok, s, b)]
+    """[{"ids": prompt + answer, "prompt_len", "sampled"}] for every block, then the task prompts, each made (or
+    continued) in its cache file."""
+    rows = [row for b in range(s.blocks) for row in block_answers(target, tok, s, b)]
+    return rows + (task_answers(target, tok, s) if s.tasks else [])
 
 
 def block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
-    """One block's answers; batches are sorted by prompt length so that little padding is computed."""
-    path = s.cache_file(block)
+    """One block's answers."""
+    return _answer_file(target, tok, s, s.cache_file(block), s.block, lambda: answer_prompts(tok, s, block),
+                        s.seed * 1_000 + block * 100_000, f"block {block}")
+
+
+def task_answers(target, tok, s: AnswerSettings) -> list[dict]:
+    """The answers to `s.tasks` task prompts (`task_prompts.py`: the bench's kinds of request from the
+    distillation sources), prompts of up to `task_prompt_tokens`."""
+    def prompts() -> list[list[int]]:
+        from .task_prompts import task_prompts
+
+        held_out, out = bench_texts(), []
+        for text in task_prompts(4 * s.tasks, s.seed):
+            enc = _encode(tok, [text])
+            if len(out) < s.tasks and text.strip() not in held_out and len(enc) <= s.task_prompt_tokens:
+                out.append(enc)
+        return out
+
+    return _answer_file(target, tok, s, s.task_file(), s.tasks, prompts, s.seed * 1_000 + 7_000_000, "tasks")
+
+
+def _answer_file(target, tok, s: AnswerSettings, path: Path, n: int, prompts_fn, seed0: int, desc: str) -> list[dict]:
+    """The answers to n prompts kept in `path`, made or continued batch by batch; batches are sorted by prompt
+    length so that little padding is computed."""
     done = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
-    if len(done) >= s.block:  # a complete block: no need to rebuild (and re-read) its prompt pool
+    if len(done) >= n:  # complete: no need to rebuild (and re-read) its prompt pool
         return done
     done = done[: len(done) // s.batch * s.batch]  # whole batches only (a cut one is redone)
-    prompts = answer_prompts(tok, s, block)
+    prompts = prompts_fn()
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     batches = [order[i: i + s.batch] for i in range(0, len(order), s.batch)]
     if len(done) >= len(prompts):
@@ -141,9 +170,9 @@ def block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
         for row in done:
             fh.write(json.dumps(row) + "\n")
         first = len(done) // s.batch
-        bar = tqdm(batches[first:], desc=f"target answers, block {block}", unit="batch")
+        bar = tqdm(batches[first:], desc=f"target answers, {desc}", unit="batch")
         for b, idx in enumerate(bar, start=first):
-            seed = s.seed * 1_000 + block * 100_000 + b
+            seed = seed0 + b
             sample = random.Random(seed).random() < s.sampled_share
             rows = generate_batch(target, [prompts[i] for i in idx], s, sample, pad, eos, seed)
             for i, row in zip(idx, rows):

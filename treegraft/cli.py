@@ -31,7 +31,7 @@ def _distill_head(args, pair) -> int:
 
     out = Path(args.out) if args.out else default_out(pair)
     answers = AnswerSettings(prompts=args.answers, max_new_tokens=args.answer_tokens,
-                             sampled_share=args.sampled_share, seed=args.seed)
+                             sampled_share=args.sampled_share, seed=args.seed, tasks=args.tasks)
     s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
                      lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
                      seed=args.seed, data=args.data, answers=answers, patience=args.patience,
@@ -221,6 +221,9 @@ def _add_distill(sub) -> None:
                    help="head: the target's own answers to prompts, distillation text, or both")
     d.add_argument("--answers", type=int, default=1280,
                    help="head: prompts the target answers (data answers/mix; whole blocks of 640, each cached)")
+    d.add_argument("--tasks", type=int, default=0,
+                   help="head: also answer this many task prompts (translation, summaries, context QA, word "
+                        "problems, code; composed from the distillation sources, treegraft/task_prompts.py)")
     d.add_argument("--answer-tokens", type=int, default=160, help="head: longest answer the target writes")
     d.add_argument("--sampled-share", type=float, default=0.25, help="head: share of answers sampled, not greedy")
     d.add_argument("--patience", type=int, default=3,

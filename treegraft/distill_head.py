@@ -45,7 +45,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .answers import AnswerSettings, describe, pack_windows, target_answers
+from .answers import AnswerSettings, describe, pack_windows, target_answers, task_answers
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
@@ -193,17 +193,37 @@ def training_windows(target, tok, s: HeadSettings) -> tuple[torch.Tensor, dict]:
 
 def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(ids [N, T], features [N, T, H], data description), computed once per settings and kept under the
-    cache folder."""
+    cache folder; task answers (`AnswerSettings.tasks`) are a part of their own, cached apart and shuffled in,
+    so adding them leaves the rest's cache as it was."""
     a = s.answers
+    if a.tasks and s.data != "text":
+        ids, feats, info = feature_cache(target, tok, replace(s, answers=replace(a, tasks=0)))
+        t_ids, t_feats, t_info = _cached(a.task_file().with_suffix(f".features-{s.seq_len}.pt"),
+                                         lambda: _task_windows(target, tok, s))
+        order = torch.randperm(len(ids) + len(t_ids), generator=torch.Generator().manual_seed(s.seed + 1))
+        return (torch.cat([ids, t_ids])[order], torch.cat([feats, t_feats])[order],
+                {**info, "tasks": t_info, "windows": len(order)})
     key = (f"head-features-{s.data}-{s.seq_len}-seed{s.seed}"
            + (f"-text{s.windows}-code{s.code_share}" if s.data != "answers" else "")
            + (f"-ans{a.prompts}-{a.max_new_tokens}-s{a.sampled_share}" if s.data != "text" else "") + ".pt")
-    path = cache_root() / key
+    return _cached(cache_root() / key, lambda: _with_features(target, *training_windows(target, tok, s)))
+
+
+def _task_windows(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    rows = task_answers(target, tok, s.answers)
+    return _with_features(target, pack_windows([r["ids"] for r in rows], s.seq_len),
+                          {**describe(s.answers, rows), "source": "task_prompts.py, answered by the target"})
+
+
+def _with_features(target, ids: torch.Tensor, info: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    return ids, target_features(target, ids), info
+
+
+def _cached(path: Path, make) -> tuple[torch.Tensor, torch.Tensor, dict]:
     if path.exists():
         data = torch.load(path)
         return data["ids"], data["feats"], data["info"]
-    ids, info = training_windows(target, tok, s)
-    feats = target_features(target, ids)
+    ids, feats, info = make()
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"ids": ids, "feats": feats, "info": info}, path)
     return ids, feats, info
