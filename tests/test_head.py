@@ -152,6 +152,17 @@ def test_distillation_runs_and_resumes(tmp_path):
     head = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
     result = agreement(head, target, None, rows, torch.arange(VOCAB), [[1, 2, 3, 4]], max_new_tokens=6, depths=3)
     assert set(result) == {"1", "2", "3"} and all(0 <= r["top1"] <= r["top4"] <= 1 for r in result.values())
+    # per category: each group's own rates; the overall rates are their token-weighted mean
+    prompts, cats = [[1, 2, 3, 4], [5, 6], [7, 8, 9]], ["a", "b", "a"]
+    both = agreement(head, target, None, rows, torch.arange(VOCAB), prompts, max_new_tokens=6, depths=2,
+                     categories=cats)
+    alone = {c: agreement(head, target, None, rows, torch.arange(VOCAB), [p for p, k in zip(prompts, cats) if k == c],
+                          max_new_tokens=6, depths=2) for c in "ab"}
+    assert both["by_category"] == alone
+    for d in ("1", "2"):
+        tokens = sum(alone[c][d]["tokens"] for c in "ab")
+        assert both[d]["tokens"] == tokens
+        assert abs(both[d]["top1"] - sum(alone[c][d]["top1"] * alone[c][d]["tokens"] for c in "ab") / tokens) < 2e-3
 
 
 def test_target_answers_batched_greedy_equals_each_prompts_own_greedy():

@@ -405,13 +405,14 @@ def _checkpoint(path: Path, head: DraftHead, opt, step: int, elapsed: float, gen
 
 @torch.no_grad()
 def agreement(head: DraftHead, target, tok, rows: torch.Tensor, vocab: torch.Tensor, prompts: list[list[int]],
-              max_new_tokens: int = 64, depths: int = 5) -> dict:
+              max_new_tokens: int = 64, depths: int = 5, categories: list[str] | None = None) -> dict:
     """Top-1 / top-4 agreement with the target's greedy token, per draft depth 1..depths, on the target's
-    own greedy answers to `prompts` (token ids): depth d drafts d tokens after a real prefix."""
-    hits = {d: [0, 0] for d in range(1, depths + 1)}
-    total = {d: 0 for d in range(1, depths + 1)}
+    own greedy answers to `prompts` (token ids): depth d drafts d tokens after a real prefix. With the prompts'
+    `categories`, also per category ("by_category")."""
+    groups = categories or [""] * len(prompts)
+    counts = {g: {d: [0, 0, 0] for d in range(1, depths + 1)} for g in groups}  # top-1 hits, top-4 hits, tokens
     dtype = next(head.parameters()).dtype
-    for ids in tqdm(prompts, desc="agreement", unit="prompt"):
+    for ids, group in zip(tqdm(prompts, desc="agreement", unit="prompt"), groups):
         x = torch.tensor([ids])
         full = target.generate(x, max_new_tokens=max_new_tokens, do_sample=False)
         feats = target.model(input_ids=full).last_hidden_state.to(dtype)  # [1, T, H]
@@ -423,11 +424,22 @@ def agreement(head: DraftHead, target, tok, rows: torch.Tensor, vocab: torch.Ten
             lo = max(n - 1, d - 1)
             top4 = vocab[(f[0, lo:-1] @ rows.T.to(dtype)).topk(4, -1).indices]  # [m, 4]
             want = greedy[lo:-1]
-            hits[d][0] += int((top4[:, 0] == want).sum())
-            hits[d][1] += int((top4 == want[:, None]).any(-1).sum())
-            total[d] += len(want)
-    return {str(d): {"top1": round(hits[d][0] / total[d], 3), "top4": round(hits[d][1] / total[d], 3),
-                     "tokens": total[d]} for d in hits}
+            c = counts[group][d]
+            c[0] += int((top4[:, 0] == want).sum())
+            c[1] += int((top4 == want[:, None]).any(-1).sum())
+            c[2] += len(want)
+
+    def rates(per_group: list[dict]) -> dict:
+        out = {}
+        for d in range(1, depths + 1):
+            top1, top4, total = (sum(g[d][i] for g in per_group) for i in range(3))
+            out[str(d)] = {"top1": round(top1 / total, 3), "top4": round(top4 / total, 3), "tokens": total}
+        return out
+
+    result = rates(list(counts.values()))
+    if categories:
+        result["by_category"] = {g: rates([counts[g]]) for g in sorted(counts)}
+    return result
 
 
 def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limit: int | None = None,
@@ -448,10 +460,11 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
     for p in prompts:
         msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(p.messages)]
         enc.append(list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)))
-    result = agreement(head, target, tok, rows, vocab, enc, max_new_tokens)
+    result = agreement(head, target, tok, rows, vocab, enc, max_new_tokens, categories=[p.category for p in prompts])
     meta = _read_meta(folder)
+    by_category = result.pop("by_category")
     meta["agreement"] = {"suite": suite, "prompts": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
-                         "per_depth": result}
+                         "per_depth": result, "by_category": by_category}
     (folder / "distill.json").write_text(json.dumps(meta, indent=2))
     return meta["agreement"]
 
