@@ -143,8 +143,10 @@ def task_answers(target, tok, s: AnswerSettings) -> list[dict]:
 
         held_out, out = bench_texts(), []
         for text in task_prompts(4 * s.tasks, s.seed):
+            if len(out) == s.tasks:
+                break
             enc = _encode(tok, [text])
-            if len(out) < s.tasks and text.strip() not in held_out and len(enc) <= s.task_prompt_tokens:
+            if text.strip() not in held_out and len(enc) <= s.task_prompt_tokens:
                 out.append(enc)
         return out
 

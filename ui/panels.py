@@ -244,8 +244,8 @@ class ComparePanel:
         n = round_no or latest_drafting_round(res.rounds)
         rt = res.rounds[min(max(n, 1), len(res.rounds)) - 1]
         style = style_of(present)
-        return {tree: tree_figure(rt, res.token_strings, style=replace(style, wrap=style.wrap * 2 // 3, label_width=COMPARE_LABEL_WIDTH),
-                                  legend=False,
+        side_style = replace(style, wrap=style.wrap * 2 // 3, label_width=COMPARE_LABEL_WIDTH)
+        return {tree: tree_figure(rt, res.token_strings, style=side_style, legend=False,
                                   title=f"{res.method}, round {rt.index + 1}"),
                 timeline: timeline_figure(res.rounds, v.limit_of(res), rt.index + 1, style,
                                           title=f"{res.method}: {len(res.rounds)} rounds (click a bar)")}
