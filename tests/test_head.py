@@ -42,10 +42,13 @@ def tiny():
     return target, tiny_head(target)
 
 
-def test_head_matches_sequential(tiny):
-    """Three mid steps on one tree: n-gram-grown nodes under unvisited parents are evaluated in levels."""
+@pytest.mark.parametrize("small_batch", [False, True])
+def test_head_matches_sequential(tiny, small_batch):
+    """Three mid steps on one tree: n-gram-grown nodes under unvisited parents are evaluated in levels; the
+    scores the same whether the output rows run stock or on the measured small-batch CPU paths."""
     target, head = tiny
-    drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB)
+    drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB, small_batch=small_batch)
+    assert hasattr(drafter.scorer, "kernel_table") == small_batch
     feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
     drafter.start(feats)
     rng = np.random.default_rng(0)

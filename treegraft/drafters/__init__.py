@@ -10,6 +10,8 @@ def make_mid_drafter(pair):
     from .head import DraftHead, HeadDrafter
     from .neural import MidDrafter
 
+    small_batch = pair.config.small_batch_linear and pair.device.type == "cpu"  # the scores' few-row products
     if isinstance(pair.mid, DraftHead):
-        return HeadDrafter(pair.mid, pair.target.get_output_embeddings().weight, len(pair.tokenizer), pair.mid_vocab)
-    return MidDrafter(pair.mid, len(pair.tokenizer), pair.mid_vocab)
+        return HeadDrafter(pair.mid, pair.target.get_output_embeddings().weight, len(pair.tokenizer), pair.mid_vocab,
+                           small_batch)
+    return MidDrafter(pair.mid, len(pair.tokenizer), pair.mid_vocab, small_batch)

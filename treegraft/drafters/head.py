@@ -52,7 +52,7 @@ from transformers import AutoConfig, AutoModel, DynamicCache
 from ..kv import keep_slots
 from ..profile import profiled
 from ..tree import DraftTree, node_levels
-from .neural import MidScores, draft_head_rows, tree_layout
+from .neural import MidScores, draft_head_rows, draft_scorer, tree_layout
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_CONFIG = "config.json"
@@ -136,11 +136,12 @@ class HeadDrafter:
     needs_target_features = True
 
     def __init__(self, head: DraftHead, output_weight: torch.Tensor, vocab_size: int,
-                 draft_vocab: torch.Tensor | None = None):
+                 draft_vocab: torch.Tensor | None = None, small_batch: bool = False):
         self.head = head
         self.device = output_weight.device
         self.dtype = next(head.parameters()).dtype
-        self.head_rows, self.vocab, self.col_of = draft_head_rows(output_weight, vocab_size, draft_vocab)
+        rows, self.vocab, self.col_of = draft_head_rows(output_weight, vocab_size, draft_vocab)
+        self.scorer = draft_scorer(rows, small_batch)  # the target's frozen rows of the draft vocabulary
         self.start(torch.zeros(0, head.config.hidden_size, dtype=self.dtype, device=self.device))
 
     def start(self, target_features: torch.Tensor) -> None:
@@ -183,7 +184,7 @@ class HeadDrafter:
     @profiled("mid_forward")
     def _scores(self, feats: torch.Tensor) -> torch.Tensor:
         """[n, H] features -> [n, S] log q over the draft vocabulary (the target's frozen rows)."""
-        return torch.log_softmax((feats @ self.head_rows.T).float(), dim=-1)
+        return torch.log_softmax(self.scorer(feats).float(), dim=-1)
 
     def _forward_level(self, tree: DraftTree, committed: list[int], nodes: np.ndarray, first: bool) -> torch.Tensor:
         """Features [len(nodes), H] of one level's nodes; the first level also feeds pending committed tokens."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import DynamicCache
 
 from ..kv import additive_mask, keep_slots
@@ -48,12 +49,12 @@ class MidDrafter:
 
     needs_target_features = False
 
-    def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None):
+    def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None, small_batch: bool = False):
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.head, self.vocab, self.col_of = draft_head_rows(model.get_output_embeddings().weight, vocab_size,
-                                                             draft_vocab)
+        rows, self.vocab, self.col_of = draft_head_rows(model.get_output_embeddings().weight, vocab_size, draft_vocab)
+        self.scorer = draft_scorer(rows, small_batch)
         self.cache = DynamicCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
@@ -82,8 +83,7 @@ class MidDrafter:
     def _forward(self, ids, mask, positions, p: int) -> torch.Tensor:
         out = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                cache=self.cache, use_cache=True)  # the stock decoder; the head is ours
-        logits = out.last_hidden_state[0, p:] @ self.head.T  # [n, S]
-        return torch.log_softmax(logits.float(), dim=-1)
+        return torch.log_softmax(self.scorer(out.last_hidden_state[0, p:]).float(), dim=-1)  # [n, S]
 
     def snapshot(self) -> int:
         return self.cached
@@ -122,6 +122,22 @@ def draft_head_rows(output_weight: torch.Tensor, vocab_size: int, draft_vocab: t
         col_of[vocab] = torch.arange(len(vocab), device=head.device)
         head = head[vocab]
     return head.detach().contiguous(), vocab, col_of
+
+
+def draft_scorer(rows: torch.Tensor, small_batch: bool) -> nn.Linear:
+    """The drafter's output layer over its rows [S, hidden] (shared, not copied): hidden [n, H] -> logits [n, S].
+
+    A mid call scores a pool of 1-20 nodes, the few-row case where BLAS's general kernel is slowest on a CPU
+    (the draft head's 8,192 rows: 2.7x slower at 8 rows than the packed path here). `small_batch` (the pair's
+    `small_batch_linear`, CPU) routes it through the paths `cpu_kernels` measures at load, as the target's
+    own head is."""
+    layer = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
+    layer.weight = nn.Parameter(rows, requires_grad=False)
+    if small_batch:
+        from ..cpu_kernels import use_cpu_kernels
+
+        use_cpu_kernels(layer)
+    return layer.requires_grad_(False)
 
 
 @profiled("mask")
