@@ -286,13 +286,9 @@ def test_candidates_loss_keeps_every_top_token_and_trains(tmp_path):
         fit(head, ids, feats, rows, HeadSettings(seq_len=16, batch=4, max_steps=1, loss="sampled"), tmp_path / "b")
 
 
-def test_task_prompts_cover_each_kind_from_the_sources_and_are_fixed_by_the_seed(monkeypatch):
-    """Task prompts (translation, summaries, context QA, word problems, code) in their shares, composed from the
-    distillation sources (here a synthetic ShareGPT: English prose answers, a few German turns) and the standard
-    library; the same seed gives the same prompts."""
+def synthetic_sharegpt(monkeypatch) -> tuple[str, str]:
+    """ShareGPT replaced by 60 English prose answers and a few German turns; returns (prose, german)."""
     import treegraft.distill as distill
-    from treegraft.answers import bench_texts
-    from treegraft.task_prompts import KINDS, task_prompts
 
     prose = ("The river flooded the lower town in spring. Farmers moved their animals to the hills before the water "
              "rose. Most houses were repaired within a month, and the council built a new wall along the bank. ")
@@ -301,6 +297,43 @@ def test_task_prompts_cover_each_kind_from_the_sources_and_are_fixed_by_the_seed
               {"role": "assistant", "content": prose * (1 + i % 4)}] for i in range(60)]
     convs += [[{"role": "user", "content": german}, {"role": "assistant", "content": "Sehr gut."}]] * 5
     monkeypatch.setattr(distill, "sharegpt_conversations", lambda limit, seed: list(convs))
+    return prose, german
+
+
+def test_task_blocks_are_disjoint_and_more_tasks_only_add_blocks(fp32_pair, monkeypatch, tmp_path):
+    """Task prompts come in blocks (one cache file each): block b is composed with seed + b and repeats no earlier
+    block's prompt, so asking for more tasks keeps the answered blocks (and their file names) as they are."""
+    import json
+
+    import treegraft.answers as answers
+    from treegraft.answers import AnswerSettings, task_block_prompts
+
+    synthetic_sharegpt(monkeypatch)
+    tok = fp32_pair.tokenizer
+    one, two = AnswerSettings(tasks=20, task_block=20), AnswerSettings(tasks=40, task_block=20)
+    assert (one.task_blocks, two.task_blocks, AnswerSettings(tasks=21, task_block=20).task_blocks) == (1, 2, 2)
+    assert one.task_file(0) == two.task_file(0) != two.task_file(1)
+    blocks = [task_block_prompts(tok, two, b) for b in range(2)]
+    assert task_block_prompts(tok, one, 0) == blocks[0] and len(blocks[0]) == 20 and blocks[1]
+    texts = [tok.decode(ids) for b in blocks for ids in b]
+    assert len(set(texts)) == len(texts)  # none repeated, within or across blocks
+    monkeypatch.setattr(answers, "cache_root", lambda: tmp_path)
+    for b, prompts in enumerate(blocks):  # answered blocks are read as they are
+        rows = [{"ids": ids, "prompt_len": len(ids), "sampled": False} for ids in prompts]
+        two.task_file(b).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(answers, "task_block_prompts", lambda *a: pytest.fail("re-built a complete block"))
+    assert [r["ids"] for r in answers.task_answers(None, tok, one)] == blocks[0][: len(blocks[0])]
+    assert [r["ids"] for r in answers.task_answers(None, tok, two)] == blocks[0] + blocks[1]
+
+
+def test_task_prompts_cover_each_kind_from_the_sources_and_are_fixed_by_the_seed(monkeypatch):
+    """Task prompts (translation, summaries, context QA, word problems, code) in their shares, composed from the
+    distillation sources (here a synthetic ShareGPT: English prose answers, a few German turns) and the standard
+    library; the same seed gives the same prompts."""
+    from treegraft.answers import bench_texts
+    from treegraft.task_prompts import KINDS, task_prompts
+
+    prose, german = synthetic_sharegpt(monkeypatch)
     prompts = task_prompts(80, 0)
     assert prompts == task_prompts(80, 0) and prompts != task_prompts(80, 1)
     assert len(prompts) == 80 and not set(prompts) & bench_texts()

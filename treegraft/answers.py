@@ -11,7 +11,9 @@ ShareGPT first turns in one fixed seeded order, none repeated, so asking for
 more prompts only adds blocks and never changes one already answered. Each block's
 answers are appended to its own JSONL file under the cache folder as they are
 made, so an interrupted run continues where it stopped (`--resume` or not: the
-files are the state).
+files are the state). Task prompts (`task_prompts.py`) come in blocks of
+`task_block` the same way: block b is composed with seed + b, none repeating an
+earlier block's prompt, so more tasks only add blocks.
 
 Batched generation pads on the left; in float32 a padded row's greedy tokens are
 the target's greedy tokens up to rounding, which is what training needs (the loss
@@ -42,8 +44,9 @@ class AnswerSettings:
     sampled_share: float = 0.25
     temperature: float = 0.8
     seed: int = 0
-    tasks: int = 0  # task prompts answered too (task_prompts.py; 0 = none)
+    tasks: int = 0  # task prompts answered too (task_prompts.py; 0 = none; rounded up to whole blocks)
     task_prompt_tokens: int = 384  # their passages make them longer
+    task_block: int = 480  # task prompts per block (one cache file each)
 
     @property
     def blocks(self) -> int:
@@ -54,9 +57,14 @@ class AnswerSettings:
                f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}" + (f"-b{block}" if block else ""))
         return cache_root() / f"{key}.jsonl"
 
-    def task_file(self) -> Path:
-        return cache_root() / (f"answers-tasks{self.tasks}-{self.task_prompt_tokens}-{self.max_new_tokens}t-"
-                               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}.jsonl")
+    @property
+    def task_blocks(self) -> int:
+        return -(-self.tasks // self.task_block)
+
+    def task_file(self, block: int = 0) -> Path:
+        return cache_root() / (f"answers-tasks{self.task_block}-{self.task_prompt_tokens}-{self.max_new_tokens}t-"
+                               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}"
+                               + (f"-b{block}" if block else "") + ".jsonl")
 
 
 def bench_texts() -> set[str]:
@@ -136,21 +144,33 @@ def block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
 
 
 def task_answers(target, tok, s: AnswerSettings) -> list[dict]:
-    """The answers to `s.tasks` task prompts (`task_prompts.py`: the bench's kinds of request from the
-    distillation sources), prompts of up to `task_prompt_tokens`."""
-    def prompts() -> list[list[int]]:
-        from .task_prompts import task_prompts
+    """The answers to the task prompts of every task block (`task_prompts.py`: the bench's kinds of request from
+    the distillation sources), prompts of up to `task_prompt_tokens`."""
+    return [row for b in range(s.task_blocks) for row in task_block_answers(target, tok, s, b)]
 
-        held_out, out = bench_texts(), []
-        for text in task_prompts(4 * s.tasks, s.seed):
-            if len(out) == s.tasks:
-                break
-            enc = _encode(tok, [text])
-            if text.strip() not in held_out and len(enc) <= s.task_prompt_tokens:
-                out.append(enc)
-        return out
 
-    return _answer_file(target, tok, s, s.task_file(), s.tasks, prompts, s.seed * 1_000 + 7_000_000, "tasks")
+def task_block_prompts(tok, s: AnswerSettings, block: int) -> list[list[int]]:
+    """Chat-templated ids of one task block: `task_block` prompts composed with seed + block that fit, none a
+    bench prompt or a prompt of an earlier block."""
+    from .task_prompts import task_prompts
+
+    skip = bench_texts() | {t.strip() for b in range(block) for t in task_prompts(4 * s.task_block, s.seed + b)}
+    out = []
+    for text in task_prompts(4 * s.task_block, s.seed + block):
+        if len(out) == s.task_block:
+            break
+        if text.strip() in skip:
+            continue
+        enc = _encode(tok, [text])
+        if len(enc) <= s.task_prompt_tokens:
+            out.append(enc)
+            skip.add(text.strip())
+    return out
+
+
+def task_block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
+    return _answer_file(target, tok, s, s.task_file(block), s.task_block, lambda: task_block_prompts(tok, s, block),
+                        s.seed * 1_000 + 7_000_000 + block * 100_000, f"task block {block}")
 
 
 def _answer_file(target, tok, s: AnswerSettings, path: Path, n: int, prompts_fn, seed0: int, desc: str) -> list[dict]:

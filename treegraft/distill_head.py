@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .answers import AnswerSettings, describe, pack_windows, target_answers, task_answers
+from .answers import AnswerSettings, describe, pack_windows, target_answers, task_block_answers
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
@@ -198,8 +198,11 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     a = s.answers
     if a.tasks and s.data != "text":
         ids, feats, info = feature_cache(target, tok, replace(s, answers=replace(a, tasks=0)))
-        t_ids, t_feats, t_info = _cached(a.task_file().with_suffix(f".features-{s.seq_len}.pt"),
-                                         lambda: _task_windows(target, tok, s))
+        parts = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"), lambda b=b: _task_windows(target, tok, s, b))
+                 for b in range(a.task_blocks)]  # one cache per task block: more blocks leave the earlier ones
+        t_ids, t_feats = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        t_info = {**parts[0][2], "tasks": a.tasks, "blocks": a.task_blocks,
+                  **{k: sum(p[2][k] for p in parts) for k in ("answers", "answer_tokens", "sampled_answers")}}
         order = torch.randperm(len(ids) + len(t_ids), generator=torch.Generator().manual_seed(s.seed + 1))
         return (torch.cat([ids, t_ids])[order], torch.cat([feats, t_feats])[order],
                 {**info, "tasks": t_info, "windows": len(order)})
@@ -209,8 +212,8 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     return _cached(cache_root() / key, lambda: _with_features(target, *training_windows(target, tok, s)))
 
 
-def _task_windows(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    rows = task_answers(target, tok, s.answers)
+def _task_windows(target, tok, s: HeadSettings, block: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    rows = task_block_answers(target, tok, s.answers, block)
     return _with_features(target, pack_windows([r["ids"] for r in rows], s.seq_len),
                           {**describe(s.answers, rows), "source": "task_prompts.py, answered by the target"})
 
