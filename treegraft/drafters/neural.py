@@ -131,7 +131,7 @@ def draft_scorer(rows: torch.Tensor, small_batch: bool) -> nn.Linear:
     (the draft head's 8,192 rows: 2.7x slower at 8 rows than the packed path here). `small_batch` (the pair's
     `small_batch_linear`, CPU) routes it through the paths `cpu_kernels` measures at load, as the target's
     own head is."""
-    layer = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
+    layer = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device="meta")  # no weight of its own
     layer.weight = nn.Parameter(rows, requires_grad=False)
     if small_batch:
         from ..cpu_kernels import use_cpu_kernels
