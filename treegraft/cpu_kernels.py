@@ -72,7 +72,7 @@ def packed_ops():
             try:
                 from torch.utils.cpp_extension import load
 
-                _ops["ops"] = load("treegraft_packed_gemm_v1", [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma"],
+                _ops["ops"] = load("treegraft_packed_gemm_v2", [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma"],
                                    verbose=False)
             except Exception as err:  # no compiler, no ninja, a read-only cache: the other paths remain
                 _ops["why"] = f"could not build kernels/packed_gemm.cpp ({type(err).__name__}: {str(err)[:200]})"

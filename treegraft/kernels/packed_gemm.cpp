@@ -4,6 +4,8 @@
 // [N / NB, K, NB], so each block is one contiguous stream; a micro-kernel keeps up to 8 rows of x in
 // 8 AVX2 accumulators and reads each block once per 8 rows (the 1-row path of BLAS reads W once per row
 // too, but a general GEMM kernel for 2-16 rows is far from the memory bound on a few cores).
+// With 1-4 rows, one accumulator per row and block would leave the FMA units waiting on each chain's latency,
+// so up to 4 blocks are read side by side (micro_wide): measured here 1.3-2x faster at 1-4 rows, equal from 8.
 // Every output element is the same sequential FMA chain over k whatever M is, so a row's result does
 // not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool).
 #include <torch/extension.h>
@@ -31,6 +33,37 @@ static inline void micro(const float* X, int64_t K, const float* P, float* Y, in
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N, acc[r]);
 }
 
+// Few rows (M <= 4): B consecutive blocks per pass, so that B * M independent accumulators hide the FMA latency
+// (one row alone is one dependency chain per block). Each output is still the same FMA chain over k.
+template <int R, int B>
+static inline void micro_wide(const float* X, int64_t K, const float* P, float* Y, int64_t N) {
+  __m256 acc[B][R];
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
+  const int64_t bs = K * NB;
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 w[B];
+    for (int b = 0; b < B; ++b) {
+      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + 128), _MM_HINT_T0);
+      w[b] = _mm256_loadu_ps(P + b * bs + k * NB);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(X + r * K + k);
+      for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(w[b], x, acc[b][r]);
+    }
+  }
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N + b * NB, acc[b][r]);
+}
+
+template <int R>
+static void few_rows(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1) {
+  constexpr int B = R <= 2 ? 4 : 2;
+  int64_t b = b0;
+  for (; b + B <= b1; b += B) micro_wide<R, B>(X, K, P + b * K * NB, Y + b * NB, N);
+  for (; b < b1; ++b) micro<R>(X, K, P + b * K * NB, Y + b * NB, N);
+}
+
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
   x = x.contiguous();
@@ -40,6 +73,17 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
   const float* X = x.data_ptr<float>();
   const float* P = p.data_ptr<float>();
   float* Y = y.data_ptr<float>();
+  if (M <= 4) {
+    at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
+      switch (M) {
+        case 4: few_rows<4>(X, K, P, Y, N, b0, b1); break;
+        case 3: few_rows<3>(X, K, P, Y, N, b0, b1); break;
+        case 2: few_rows<2>(X, K, P, Y, N, b0, b1); break;
+        default: few_rows<1>(X, K, P, Y, N, b0, b1); break;
+      }
+    });
+    return y;
+  }
   at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* pb = P + b * K * NB;
