@@ -52,7 +52,7 @@ distill: install
 # the committed head)
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 1280 --tasks 480 --depths 2 \
+	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 1280 --tasks 960 --depths 2 \
 		--loss candidates --minutes 55 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
 
