@@ -86,9 +86,16 @@ def test_bench_isolates_methods_and_reports_statistics(engine):
     assert summary["overall"]["all-mid"]["all"]["mid_call_rate_per_step"] == 1.0
     for cat in summary["per_category"]["treegraft"].values():
         assert cat["speedup_ci95"] is not None and 0 <= cat["mid_call_rate_per_step"] <= 1
+    from treegraft.bench import kernel_paths
+
     meta = {"pair": "default", "command": "test", "machine": "here", "dtype": "float32", "prompts": 2,
-            "max_new_tokens": 8, "repeats": 2, "date": "today"}
+            "max_new_tokens": 8, "repeats": 2, "date": "today", "kernels": kernel_paths(engine)}
+    assert {"target layers", "target head", "mid layers", "mid rows"} <= set(meta["kernels"])  # as measured at load
     text = report(summary, meta)
+    assert "## CPU paths chosen at load" in text
+    rows_line = next(ln for ln in text.splitlines() if ln.startswith("| mid rows |"))
+    chosen = meta["kernels"]["mid rows"]["chosen"][8]
+    assert f"{chosen} {meta['kernels']['mid rows']['ms'][8][chosen]:.3f}" in rows_line
     assert "## Mid calls per draft step, per category" in text and "## 95% interval of the speedup per category" in text
     assert "| hf-pld | " in text and "1000000000" not in text
     pld_line = next(ln for ln in text.splitlines() if ln.startswith("| hf-pld |"))

@@ -243,7 +243,7 @@ def report(summary: dict, meta: dict) -> str:
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
              f"Background load: {meta.get('background_load', 0)} CPU-bound process(es) beside the run  ",
              f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
-             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + ["",
+             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + kernel_table(meta) + ["",
              "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
              "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -283,6 +283,36 @@ def cost_table(meta: dict) -> list[str]:
              "| T ms | " + " | ".join(f"{v:.1f}" for v in curve.values()) + " |"]
     if t1:
         lines.append("| / T(1) | " + " | ".join(f"{v / t1:.2f}" for v in curve.values()) + " |")
+    return lines
+
+
+def kernel_paths(engine) -> dict:
+    """What the small-batch CPU paths measured at load (cpu_kernels): per part, the path chosen at each row bucket
+    and every path's ms there. Parts: the target's layers and head, the mid's layers, the mid's output rows."""
+    parts = {}
+    for name, owner in (("target", engine.pair.target), ("mid", engine.pair.mid),
+                        ("mid rows", getattr(engine.mid, "scorer", None))):
+        table = getattr(owner, "kernel_table", None)
+        for part, ms in (table.ms.items() if table else ()):
+            label = name if name == "mid rows" else f"{name} {'layers' if part == 'body' else part}"
+            parts[label] = {"chosen": dict(getattr(table, part)), "ms": ms}
+    return parts
+
+
+def kernel_table(meta: dict) -> list[str]:
+    """Per part and row bucket: the path chosen at load, its ms and stock F.linear's (the probe layer of that part)."""
+    parts = meta.get("kernels") or {}
+    if not parts:
+        return []
+    buckets = sorted({int(b) for p in parts.values() for b in p["chosen"]})
+    lines = ["", "## CPU paths chosen at load", "",
+             "Per part, one probe layer (its largest) timed at every row bucket by `cpu_kernels` when the pair loaded: "
+             "the path chosen, its ms / stock `F.linear`'s ms.", "",
+             "| part | " + " | ".join(f"{b} rows" for b in buckets) + " |", "|---|" + "---|" * len(buckets)]
+    for label, p in parts.items():
+        chosen, ms = ({int(k): v for k, v in d.items()} for d in (p["chosen"], p["ms"]))
+        lines.append(f"| {label} | " + " | ".join(
+            f"{chosen[b]} {ms[b][chosen[b]]:.3f} / {ms[b]['stock']:.3f}" if b in chosen else "-" for b in buckets) + " |")
     return lines
 
 
@@ -335,4 +365,4 @@ def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=
     return {"pair": pair, "dtype": engine.dtype_name, "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
             "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M"), "background_load": background,
-            "host": costs}
+            "host": costs, "kernels": kernel_paths(engine)}
