@@ -243,10 +243,11 @@ def report(summary: dict, meta: dict) -> str:
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
              f"Background load: {meta.get('background_load', 0)} CPU-bound process(es) beside the run  ",
              f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
-             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + kernel_table(meta) + ["",
-             "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
-             "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + kernel_table(meta)
+    lines += ["",
+              "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
+              "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, cats in summary["overall"].items():
         s = cats["all"]
         ci = s["speedup_ci95"]

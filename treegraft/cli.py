@@ -223,7 +223,8 @@ def _add_distill(sub) -> None:
                    help="head: prompts the target answers (data answers/mix; whole blocks of 640, each cached)")
     d.add_argument("--tasks", type=int, default=0,
                    help="head: also answer this many task prompts (translation, summaries, context QA, word "
-                        "problems, code; composed from the distillation sources, treegraft/task_prompts.py)")
+                        "problems, code; composed from the distillation sources, treegraft/task_prompts.py), in "
+                        "cached blocks of 480: more only adds blocks")
     d.add_argument("--answer-tokens", type=int, default=160, help="head: longest answer the target writes")
     d.add_argument("--sampled-share", type=float, default=0.25, help="head: share of answers sampled, not greedy")
     d.add_argument("--patience", type=int, default=3,

@@ -198,8 +198,8 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     a = s.answers
     if a.tasks and s.data != "text":
         ids, feats, info = feature_cache(target, tok, replace(s, answers=replace(a, tasks=0)))
-        parts = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"), lambda b=b: _task_windows(target, tok, s, b))
-                 for b in range(a.task_blocks)]  # one cache per task block: more blocks leave the earlier ones
+        parts = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"),  # one cache per task block
+                         lambda b=b: _task_windows(target, tok, s, b)) for b in range(a.task_blocks)]
         t_ids, t_feats = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         t_info = {**parts[0][2], "tasks": a.tasks, "blocks": a.task_blocks,
                   **{k: sum(p[2][k] for p in parts) for k in ("answers", "answer_tokens", "sampled_answers")}}
