@@ -95,13 +95,13 @@ def test_loading_measures_a_table_on_this_host():
 def test_a_drafters_scorer_runs_on_the_measured_paths():
     """A mid drafter's output rows (a pool of a few nodes a call) get a table measured here; every row count gives
     the stock product, and the rows are the drafter's own tensor, not a copy."""
-    from treegraft.drafters.neural import draft_scorer
+    from treegraft.drafters.neural import draft_output
 
     rows = torch.randn(64, 32)
-    scorer = draft_scorer(rows, small_batch=True)
+    scorer, _, _ = draft_output(rows, 64, None, small_batch=True)
     assert scorer.weight.data_ptr() == rows.data_ptr()
     assert set(scorer.kernel_table.body) == set(BUCKETS)
     for n in (1, 3, 8, 17, 70):
         x = torch.randn(n, 32)
         assert torch.allclose(scorer(x), x @ rows.T, atol=1e-5), n
-    assert not hasattr(draft_scorer(rows, small_batch=False), "kernel_table")
+    assert not hasattr(draft_output(rows, 64, None, small_batch=False)[0], "kernel_table")

@@ -52,7 +52,7 @@ from transformers import AutoConfig, AutoModel, DynamicCache
 from ..kv import keep_slots
 from ..profile import profiled
 from ..tree import DraftTree, node_levels
-from .neural import MidScores, draft_head_rows, draft_scorer, tree_layout
+from .neural import MidScores, draft_output, tree_layout
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_CONFIG = "config.json"
@@ -140,8 +140,8 @@ class HeadDrafter:
         self.head = head
         self.device = output_weight.device
         self.dtype = next(head.parameters()).dtype
-        rows, self.vocab, self.col_of = draft_head_rows(output_weight, vocab_size, draft_vocab)
-        self.scorer = draft_scorer(rows, small_batch)  # the target's frozen rows of the draft vocabulary
+        # the target's frozen output rows of the draft vocabulary
+        self.scorer, self.vocab, self.col_of = draft_output(output_weight, vocab_size, draft_vocab, small_batch)
         self.start(torch.zeros(0, head.config.hidden_size, dtype=self.dtype, device=self.device))
 
     def start(self, target_features: torch.Tensor) -> None:

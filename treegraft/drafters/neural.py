@@ -45,7 +45,7 @@ class MidScores:
 
 class MidDrafter:
     """A causal-LM mid drafter (the paper's kind). `draft_vocab` (optional) restricts its head to a
-    frequency-ranked subset of token ids (`draft_head_rows`)."""
+    frequency-ranked subset of token ids (`draft_output`)."""
 
     needs_target_features = False
 
@@ -53,8 +53,8 @@ class MidDrafter:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        rows, self.vocab, self.col_of = draft_head_rows(model.get_output_embeddings().weight, vocab_size, draft_vocab)
-        self.scorer = draft_scorer(rows, small_batch)
+        self.scorer, self.vocab, self.col_of = draft_output(model.get_output_embeddings().weight, vocab_size,
+                                                            draft_vocab, small_batch)
         self.cache = DynamicCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
@@ -109,35 +109,30 @@ class MidDrafter:
         self.slots = {}
 
 
-def draft_head_rows(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torch.Tensor | None):
-    """(rows [S, hidden], vocab [S] | None, col_of [V] | None): the output rows a drafter scores with.
+def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torch.Tensor | None, small_batch: bool):
+    """(scorer, vocab [S] | None, col_of [V] | None): the output layer a drafter scores with, over its rows.
 
-    `draft_vocab` restricts them to a frequency-ranked subset (as in FR-Spec): on a small CPU pair the
-    49k-row head is most of a drafter's cost. col_of maps a token id to its column (-1: outside)."""
-    head = output_weight[:vocab_size]  # [V, hidden]; padded embedding rows are ignored
+    `draft_vocab` restricts the rows to a frequency-ranked subset (as in FR-Spec): on a small CPU pair the
+    49k-row head is most of a drafter's cost. col_of maps a token id to its column (-1: outside). The scorer
+    is an `nn.Linear` on those rows (a view of the target's head when there is no subset, never a second copy):
+    hidden [n, H] -> logits [n, S]. A mid call scores a pool of 1-20 nodes, the few-row case where BLAS's
+    general kernel is slowest on a CPU (the draft head's 8,192 rows: 2.7x slower at 8 rows than the packed path
+    here), so `small_batch` (the pair's `small_batch_linear`, CPU) routes it through the paths `cpu_kernels`
+    measures at load, as the target's own head is."""
+    rows = output_weight[:vocab_size]  # [V, hidden]; padded embedding rows are ignored
     vocab = col_of = None
     if draft_vocab is not None:
-        vocab = draft_vocab.to(head.device)
-        col_of = torch.full((vocab_size,), -1, dtype=torch.long, device=head.device)
-        col_of[vocab] = torch.arange(len(vocab), device=head.device)
-        head = head[vocab]
-    return head.detach().contiguous(), vocab, col_of
-
-
-def draft_scorer(rows: torch.Tensor, small_batch: bool) -> nn.Linear:
-    """The drafter's output layer over its rows [S, hidden] (shared, not copied): hidden [n, H] -> logits [n, S].
-
-    A mid call scores a pool of 1-20 nodes, the few-row case where BLAS's general kernel is slowest on a CPU
-    (the draft head's 8,192 rows: 2.7x slower at 8 rows than the packed path here). `small_batch` (the pair's
-    `small_batch_linear`, CPU) routes it through the paths `cpu_kernels` measures at load, as the target's
-    own head is."""
-    layer = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device="meta")  # no weight of its own
-    layer.weight = nn.Parameter(rows, requires_grad=False)
+        vocab = draft_vocab.to(rows.device)
+        col_of = torch.full((vocab_size,), -1, dtype=torch.long, device=rows.device)
+        col_of[vocab] = torch.arange(len(vocab), device=rows.device)
+        rows = rows[vocab]
+    scorer = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device="meta")  # no weight of its own
+    scorer.weight = nn.Parameter(rows.detach().contiguous(), requires_grad=False)
     if small_batch:
         from ..cpu_kernels import use_cpu_kernels
 
-        use_cpu_kernels(layer)
-    return layer.requires_grad_(False)
+        use_cpu_kernels(scorer)
+    return scorer.requires_grad_(False), vocab, col_of
 
 
 @profiled("mask")
