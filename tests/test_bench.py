@@ -86,13 +86,16 @@ def test_bench_isolates_methods_and_reports_statistics(engine):
     assert summary["overall"]["all-mid"]["all"]["mid_call_rate_per_step"] == 1.0
     for cat in summary["per_category"]["treegraft"].values():
         assert cat["speedup_ci95"] is not None and 0 <= cat["mid_call_rate_per_step"] <= 1
-    from treegraft.bench import kernel_paths
+    from treegraft.bench import kernel_paths, runtime
 
     meta = {"pair": "default", "command": "test", "machine": "here", "dtype": "float32", "prompts": 2,
-            "max_new_tokens": 8, "repeats": 2, "date": "today", "kernels": kernel_paths(engine)}
+            "max_new_tokens": 8, "repeats": 2, "date": "today", "kernels": kernel_paths(engine),
+            "runtime": runtime(engine)}
     assert {"target layers", "target head", "mid layers", "mid rows"} <= set(meta["kernels"])  # as measured at load
     text = report(summary, meta)
     assert "## CPU paths chosen at load" in text
+    threads = meta["runtime"]["packed_threads"] or "none (not built)"
+    assert f"the packed kernel runs on {threads}; the target's attention: `treegraft_sdpa`" in text
     rows_line = next(ln for ln in text.splitlines() if ln.startswith("| mid rows |"))
     chosen = meta["kernels"]["mid rows"]["chosen"][8]
     assert f"{chosen} {meta['kernels']['mid rows']['ms'][8][chosen]:.3f}" in rows_line

@@ -3,7 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from treegraft.cpu_kernels import BUCKETS, KernelTable, choose, measure, packed_ops, packed_unavailable, use_cpu_kernels
+from treegraft.cpu_kernels import (BUCKETS, KernelTable, choose, measure, packed_ops, packed_threads, packed_unavailable,
+                                  use_cpu_kernels)
 
 FORCED = {p: {b: p for b in BUCKETS} for p in ("stock", "weight_left", "packed")}
 
@@ -61,6 +62,20 @@ def test_a_packed_row_does_not_depend_on_its_batch():
     for rows in (2, 3, 4, 5, 8, 13, 40):
         assert torch.equal(layer(x[:rows]), alone[:rows])
     assert torch.allclose(alone, x @ layer.weight.T, atol=1e-5)
+
+
+def test_the_packed_kernel_runs_on_torchs_threads():
+    """The kernel's blocks are split over torch's intra-op threads (an extension built without OpenMP runs
+    at::parallel_for on one thread: it did, unnoticed, until this test)."""
+    if packed_ops() is None:
+        pytest.skip(f"packed kernel not available here: {packed_unavailable()}")
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            assert packed_threads() == n
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_measured_table_follows_the_clock():

@@ -7,6 +7,10 @@ import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from treegraft.attention import NAME as ATTENTION, packed_gqa_attention
+from treegraft.kv import additive_mask, keep_slots
 
 from treegraft.config import GenerationConfig, DraftingConfig
 from treegraft.methods import MethodSpec
@@ -152,3 +156,75 @@ def test_draft_head_features_and_cache_after_rounds_equal_plain_pass(engine, pre
     for _ in range(3):
         engine.speculative_round(s)
     assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
+
+
+def tree_mask(n, cached, seed):
+    """[1, 1, n, cached + n] additive mask: the prefix and a random ancestor set (always the node itself)."""
+    rng = np.random.default_rng(seed)
+    vis = np.zeros((n, cached + n), dtype=bool)
+    vis[:, :cached] = True
+    for i in range(n):
+        vis[i, cached + i] = True
+        vis[i, cached:cached + i] |= rng.random(i) < 0.5
+    return additive_mask(vis, torch.float32, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 17])
+def test_grouped_query_tree_attention_equals_the_stock_one(fp32_pair, n):
+    """treegraft_sdpa (query heads of one key/value head side by side, the cache not repeated) equals stock sdpa
+    (which repeats the cache to every head) on the target's own attention module, with a tree mask."""
+    attn = fp32_pair.target.model.layers[0].self_attn
+    assert attn.num_key_value_groups > 1  # the default target is grouped-query: the packed path runs
+    cfg = fp32_pair.target.config
+    heads, kv, d, cached = cfg.num_attention_heads, cfg.num_key_value_heads, attn.head_dim, 40
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(1, n, heads, d, generator=g).transpose(1, 2)  # [1, H, n, d] as the model lays it out
+    k, v = (torch.randn(1, kv, cached + n, d, generator=g) for _ in range(2))
+    mask = tree_mask(n, cached, seed=n)
+    ours, _ = packed_gqa_attention(attn, q, k, v, mask, scaling=attn.scaling)
+    stock, _ = sdpa_attention_forward(attn, q, k, v, mask, scaling=attn.scaling)
+    assert ours.shape == stock.shape == (1, n, heads, d)
+    torch.testing.assert_close(ours, stock, atol=1e-6, rtol=1e-5)
+    other = tree_mask(n, cached, seed=n + 100)  # a new mask is not served the previous one's repeated rows
+    torch.testing.assert_close(packed_gqa_attention(attn, q, k, v, other, scaling=attn.scaling)[0],
+                               sdpa_attention_forward(attn, q, k, v, other, scaling=attn.scaling)[0],
+                               atol=1e-6, rtol=1e-5)
+    other.fill_(0.0)  # nor an old one changed in place
+    torch.testing.assert_close(packed_gqa_attention(attn, q, k, v, other, scaling=attn.scaling)[0],
+                               sdpa_attention_forward(attn, q, k, v, other, scaling=attn.scaling)[0],
+                               atol=1e-6, rtol=1e-5)
+
+
+def test_loaded_models_run_the_grouped_query_tree_attention(fp32_pair, prefix):
+    """Both models switch to it, and Hugging Face builds the same masks for it as for stock sdpa (a registered
+    attention without a mask builder gets none: prompt lookup's multi-token checks then attended to the future)."""
+    assert fp32_pair.target.config._attn_implementation == ATTENTION
+    assert fp32_pair.mid.body.config._attn_implementation == ATTENTION
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    assert ALL_MASK_ATTENTION_FUNCTIONS[ATTENTION] is ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
+    model, ids = fp32_pair.target, torch.tensor([prefix])
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[0]
+        cache = DynamicCache()
+        model(input_ids=ids[:, :-5], past_key_values=cache, use_cache=True)
+        tail = model(input_ids=ids[:, -5:], past_key_values=cache, use_cache=True).logits[0]  # 5 rows, no mask given
+    torch.testing.assert_close(tail, full[-5:], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("slots", [[], [0, 1, 2], [2], [1, 3], [4, 0, 2], [3, 2, 1, 0]], ids=str)
+def test_keeping_slots_equals_an_index_select(slots):
+    """keep_slots(prefix, slots) leaves every layer as an index-select of [0..prefix) + slots would: sources that
+    overlap their destinations included (the offsets are from the prefix here)."""
+    prefix, g = 6, torch.Generator().manual_seed(len(slots))
+    cache = DynamicCache()
+    for layer in range(3):
+        cache.update(torch.randn(1, 2, prefix + 5, 4, generator=g), torch.randn(1, 2, prefix + 5, 4, generator=g), layer)
+    keep = torch.tensor(list(range(prefix)) + [prefix + s for s in slots])
+    want = [(layer.keys.index_select(-2, keep), layer.values.index_select(-2, keep)) for layer in cache.layers]
+    keep_slots(cache, prefix, [prefix + s for s in slots])
+    for layer, (k, v) in zip(cache.layers, want):
+        assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
+    assert cache.get_seq_length() == prefix + len(slots)
+    cache.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4), 0)  # the next append sees the kept slots
+    assert torch.equal(cache.layers[0].keys[..., :-1, :], want[0][0])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from .config import ConfigError, DraftingConfig, GenerationConfig, with_overrides
@@ -300,6 +301,13 @@ def kernel_paths(engine) -> dict:
     return parts
 
 
+def runtime_line(rt: dict | None) -> str:
+    if not rt:
+        return ""
+    return (f" Torch threads: {rt['threads']}; the packed kernel runs on {rt['packed_threads'] or 'none (not built)'}"
+            f"; the target's attention: `{rt['attention']}`.")
+
+
 def kernel_table(meta: dict) -> list[str]:
     """Per part and row bucket: the path chosen at load, its ms and stock F.linear's (the probe layer of that part)."""
     parts = meta.get("kernels") or {}
@@ -308,7 +316,7 @@ def kernel_table(meta: dict) -> list[str]:
     buckets = sorted({int(b) for p in parts.values() for b in p["chosen"]})
     lines = ["", "## CPU paths chosen at load", "",
              "Per part, one probe layer (its largest) timed at every row bucket by `cpu_kernels` when the pair loaded: "
-             "the path chosen, its ms / stock `F.linear`'s ms.", "",
+             "the path chosen, its ms / stock `F.linear`'s ms." + runtime_line(meta.get("runtime")), "",
              "| part | " + " | ".join(f"{b} rows" for b in buckets) + " |", "|---|" + "---|" * len(buckets)]
     for label, p in parts.items():
         chosen, ms = ({int(k): v for k, v in d.items()} for d in (p["chosen"], p["ms"]))
@@ -366,4 +374,12 @@ def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=
     return {"pair": pair, "dtype": engine.dtype_name, "prompts": len(prompts),
             "max_new_tokens": gen.max_new_tokens, "repeats": repeats, "command": command,
             "machine": host(), "date": time.strftime("%Y-%m-%d %H:%M"), "background_load": background,
-            "host": costs, "kernels": kernel_paths(engine)}
+            "host": costs, "kernels": kernel_paths(engine), "runtime": runtime(engine)}
+
+
+def runtime(engine) -> dict:
+    """Torch's intra-op threads, how many of them the packed kernel runs on, the target's attention function."""
+    from .cpu_kernels import packed_threads
+
+    return {"threads": torch.get_num_threads(), "packed_threads": packed_threads(),
+            "attention": getattr(engine.pair.target.config, "_attn_implementation", None)}

@@ -13,7 +13,10 @@ forward of 8 tokens 1.8x one token). Three paths compute the same products:
   of 8 output rows, read once per 8 rows of x by a small C++ kernel
   (`kernels/packed_gemm.cpp`, built on first use with torch's extension builder and
   cached). Every output is the same FMA chain over k whatever the batch, so a tree row
-  equals the row of a one-token forward. Where it cannot be built the other two remain.
+  equals the row of a one-token forward. Built with OpenMP, so that ATen's intra-op threads
+  split its blocks (`packed_threads()`; without the flag `at::parallel_for` in an extension
+  runs on one thread, which left half of a 2-core host idle at 8 rows). Where it cannot be
+  built the other two remain.
 
 Nothing is assumed: at load, `use_cpu_kernels` times every available path for one
 representative body layer and for the head, at every row bucket (1, 2, 4, ... 64) in
@@ -69,14 +72,24 @@ def packed_ops():
         if cap not in ("AVX2", "AVX512"):
             _ops["why"] = f"this CPU's vector capability is {cap}, the kernel needs AVX2 + FMA"
         else:
-            try:
-                from torch.utils.cpp_extension import load
+            from torch.utils.cpp_extension import load
 
-                _ops["ops"] = load("treegraft_packed_gemm_v2", [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma"],
-                                   verbose=False)
-            except Exception as err:  # no compiler, no ninja, a read-only cache: the other paths remain
-                _ops["why"] = f"could not build kernels/packed_gemm.cpp ({type(err).__name__}: {str(err)[:200]})"
+            for name, omp in (("treegraft_packed_gemm_v3", ["-fopenmp"]), ("treegraft_packed_gemm_v3_serial", [])):
+                try:  # a compiler without OpenMP (Apple clang) builds the serial variant
+                    _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma", *omp],
+                                       extra_ldflags=omp, verbose=False)
+                    break
+                except Exception as err:  # no compiler, no ninja, a read-only cache: the other paths remain
+                    _ops["why"] = f"could not build kernels/packed_gemm.cpp ({type(err).__name__}: {str(err)[:200]})"
+            if _ops["ops"] is not None:
+                _ops["why"] = ""
     return _ops["ops"]
+
+
+def packed_threads() -> int:
+    """How many of torch's intra-op threads the packed kernel runs on here (0 where it is not built)."""
+    ops = packed_ops()
+    return 0 if ops is None else int(ops.threads_used())
 
 
 def packed_unavailable() -> str:

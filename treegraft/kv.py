@@ -8,12 +8,22 @@ import torch
 from transformers import DynamicCache
 
 
-def keep_slots(cache: DynamicCache, keep: torch.Tensor) -> None:
-    """Keep only the given sequence slots of every layer, in that order (index-select on the seq axis)."""
+def keep_slots(cache: DynamicCache, prefix: int, slots: list[int] = ()) -> None:
+    """Keep every layer's first `prefix` slots, then the given slots (each >= prefix), in that order.
+
+    Only the kept slots past the prefix are moved (a few rows, in place); the prefix is not copied: each layer
+    keeps a view of its first prefix + len(slots) slots, which the next forward's append copies anyway. (An
+    index-select of every kept slot copied the whole cache twice a round: ~3 ms of 30 layers at 256 tokens.)
+    """
+    n = prefix + len(slots)
+    moved = list(slots) != list(range(prefix, n))
     for layer in cache.layers:
         if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
-            layer.keys = layer.keys.index_select(-2, keep)  # [batch, kv_heads, kept, head_dim]
-            layer.values = layer.values.index_select(-2, keep)
+            if moved:
+                src = torch.tensor(list(slots), dtype=torch.long, device=layer.keys.device)
+                for part in (layer.keys, layer.values):  # [batch, kv_heads, slots, head_dim]
+                    part[..., prefix:n, :] = part.index_select(-2, src)  # gathered first: sources may overlap
+            layer.keys, layer.values = layer.keys[..., :n, :], layer.values[..., :n, :]
 
 
 def additive_mask(visible: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .attention import use_tree_attention
 from .config import ModelSource, PairConfig, resolve_path
 from .cpu_kernels import use_cpu_kernels
 
@@ -229,6 +230,8 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
         mid = _load_or_explain("mid drafter", pair.mid, lambda: load_model(pair.mid, torch_dtype, device))
     if pair.mid.share_embeddings_with_target and pair.mid.kind == "lm":
         share_embeddings(mid, target)
+    use_tree_attention(target)  # grouped-query tree attention without copying the cache
+    use_tree_attention(mid)
     if pair.small_batch_linear and device.type == "cpu":
         use_cpu_kernels(target)
         use_cpu_kernels(mid)

@@ -140,7 +140,7 @@ class TargetModel:
 
     def rollback(self) -> None:
         """Drop whatever a verification appended (the cache holds the committed prefix again)."""
-        keep_slots(self.cache, torch.arange(self.cached, device=self.device))
+        keep_slots(self.cache, self.cached)
 
     def accepted_features(self, rows: list[int]) -> torch.Tensor | None:
         """[len(rows), H] the last verification's features at the accepted rows (None unless kept)."""
@@ -149,6 +149,5 @@ class TargetModel:
     @profiled("kv")
     def commit(self, rows: list[int]) -> None:
         """Keep the prefix and the accepted rows (root first) of the last verification."""
-        keep = torch.cat([torch.arange(self.cached), self.cached + torch.tensor(rows, dtype=torch.long)])
-        keep_slots(self.cache, keep.to(self.device))
+        keep_slots(self.cache, self.cached, [self.cached + r for r in rows])
         self.cached += len(rows)

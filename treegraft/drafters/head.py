@@ -221,7 +221,7 @@ class HeadDrafter:
     def end_round(self, accepted_path: list[int], target_features: torch.Tensor | None) -> None:
         """Drop the node slots; keep the target's features of the accepted rows (root first) [A + 1, H]."""
         if self.slots:
-            keep_slots(self.cache, torch.arange(self.cached, device=self.device))
+            keep_slots(self.cache, self.cached)
         self._append(target_features)
         self.begin_round()
 
@@ -230,6 +230,6 @@ class HeadDrafter:
 
     def rollback(self, state: tuple[int, int]) -> None:
         cached, n_feats = state
-        keep_slots(self.cache, torch.arange(cached, device=self.device))
+        keep_slots(self.cache, cached)
         self.cached, self.n_feats = cached, n_feats
         self.begin_round()

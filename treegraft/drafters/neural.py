@@ -90,7 +90,7 @@ class MidDrafter:
 
     def rollback(self, cached: int) -> None:
         """Back to a state holding `cached` committed tokens and no node slots."""
-        keep_slots(self.cache, torch.arange(cached, device=self.device))
+        keep_slots(self.cache, cached)
         self.cached, self.slots = cached, {}
 
     @profiled("kv")
@@ -103,8 +103,7 @@ class MidDrafter:
             if v not in self.slots:
                 break
             kept.append(self.slots[v])
-        keep = torch.cat([torch.arange(self.cached), torch.tensor(kept, dtype=torch.long)]).to(self.device)
-        keep_slots(self.cache, keep)
+        keep_slots(self.cache, self.cached, kept)
         self.cached += len(kept)
         self.slots = {}
 

@@ -8,10 +8,13 @@
 // so up to 4 blocks are read side by side (micro_wide): 1.3-1.7x faster at 1-4 rows on a 2-core AVX2 EPYC
 // (a 1536 x 576 layer, idle); 8 rows and more take the unchanged path.
 // Every output element is the same sequential FMA chain over k whatever M is, so a row's result does
-// not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool).
+// not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool; the extension is
+// built with -fopenmp, without which at::parallel_for runs serially here: threads_used() says which it is).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <numeric>
+#include <vector>
 
 constexpr int64_t NB = 8;  // output rows per packed block: one AVX2 vector
 constexpr int64_t MB = 8;  // rows of x per pass: 8 accumulators
@@ -109,7 +112,15 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
   return y;
 }
 
+// How many distinct intra-op threads a parallel_for over the blocks of a head-sized weight runs on.
+int64_t threads_used() {
+  std::vector<int> ran(at::get_num_threads(), 0);
+  at::parallel_for(0, 6144, 8, [&](int64_t, int64_t) { ran[at::get_thread_num()] = 1; });
+  return std::accumulate(ran.begin(), ran.end(), int64_t{0});
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("threads_used", &threads_used, "distinct intra-op threads a parallel_for over the blocks runs on");
   m.def("pack", &pack, "W [N, K] -> packed [N / 8, K, 8]");
   m.def("packed_linear", &packed_linear, "x [M, K] . W^T from the packed W");
 }
