@@ -10,7 +10,7 @@ from transformers import DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from treegraft.attention import NAME as ATTENTION, packed_gqa_attention
-from treegraft.kv import additive_mask, keep_slots
+from treegraft.kv import GrowingCache, GrowingLayer, additive_mask, keep_slots
 
 from treegraft.config import GenerationConfig, DraftingConfig
 from treegraft.methods import MethodSpec
@@ -207,8 +207,8 @@ def test_loaded_models_run_the_grouped_query_tree_attention(fp32_pair, prefix):
     with torch.no_grad():
         full = model(input_ids=ids).logits[0]
         cache = DynamicCache()
-        model(input_ids=ids[:, :-5], past_key_values=cache, use_cache=True)
-        tail = model(input_ids=ids[:, -5:], past_key_values=cache, use_cache=True).logits[0]  # 5 rows, no mask given
+        model(input_ids=ids[:, :-5], cache=cache, use_cache=True)
+        tail = model(input_ids=ids[:, -5:], cache=cache, use_cache=True).logits[0]  # 5 rows, no mask given
     torch.testing.assert_close(tail, full[-5:], atol=ATOL, rtol=0)
 
 
@@ -228,3 +228,32 @@ def test_keeping_slots_equals_an_index_select(slots):
     assert cache.get_seq_length() == prefix + len(slots)
     cache.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4), 0)  # the next append sees the kept slots
     assert torch.equal(cache.layers[0].keys[..., :-1, :], want[0][0])
+
+
+def test_growing_cache_appends_in_place_and_equals_the_stock_cache(fp32_pair, prefix):
+    """The engine's cache (growing layers) gives the stock DynamicCache's logits through a prefill, appends of 1 and
+    5 tokens, a compaction and a crop; an append that fits writes into the same buffer (no copy of the cache)."""
+    model, ids = fp32_pair.target, torch.tensor([prefix])
+    ours, stock = GrowingCache(), DynamicCache()
+
+    def both(chunk):
+        with torch.no_grad():
+            a = model(input_ids=chunk, cache=ours, use_cache=True).logits[0]
+            b = model(input_ids=chunk, cache=stock, use_cache=True).logits[0]
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+    both(ids[:, :-8])
+    start = ours.layers[0].keys.data_ptr()
+    both(ids[:, -8:-7])
+    both(ids[:, -7:-2])
+    assert ours.layers[0].keys.data_ptr() == start and isinstance(ours.layers[0], GrowingLayer)
+    n = ours.get_seq_length()
+    for cache in (ours, stock):
+        keep_slots(cache, n - 5, [n - 3, n - 1])  # keep two of the last five, as a commit does
+        cache.crop(-1)  # the stock crop (prompt lookup's): a view the layer keeps writing into
+    assert ours.get_seq_length() == stock.get_seq_length() == n - 4
+    both(ids[:, -2:])
+    assert ours.layers[0].keys.data_ptr() == start
+    ours.layers[0].keys = ours.layers[0].keys.clone()  # replaced from outside: read back into a new buffer
+    ours.layers[0].values = ours.layers[0].values.clone()
+    both(ids[:, -1:])

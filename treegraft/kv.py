@@ -6,6 +6,52 @@ import time
 import numpy as np
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys and values are views of buffers with room to grow: an append writes the new
+    slots in place. (The stock layer concatenates, copying the whole cache in every layer of every forward: 4.5 ms
+    of a one-token forward of the default target at 256 cached tokens on a 2-core CPU, more with longer chats.)
+    Whatever replaces the views from outside (a reorder, a stock crop's view) is read back into a new buffer."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # [batch, kv_heads, capacity, head_dim] x 2
+
+    def _holds(self) -> bool:
+        """The views are still the start of the buffers (compaction and crops keep them so)."""
+        if self.buffers is None:
+            return False
+        return all(t.numel() == 0 or (t.data_ptr() == b.data_ptr() and t.stride() == b.stride() and t.dtype == b.dtype)
+                   for t, b in zip((self.keys, self.values), self.buffers))
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.keys.shape[-2] if self.keys.numel() else 0
+        need = n + key_states.shape[-2]
+        if not self._holds() or need > self.buffers[0].shape[-2] or self.buffers[0].shape[:2] != key_states.shape[:2]:
+            capacity = need + max(need // 2, 128)  # amortised: a copy of the cache every ~need / 2 new slots
+            grown = []
+            for old, new in ((self.keys, key_states), (self.values, value_states)):
+                buf = new.new_empty(*new.shape[:2], capacity, new.shape[-1])  # [batch, kv_heads, capacity, dim]
+                if n:
+                    buf[..., :n, :] = old
+                grown.append(buf)
+            self.buffers = tuple(grown)
+        keys, values = self.buffers
+        keys[..., n:need, :] = key_states
+        values[..., n:need, :] = value_states
+        self.keys, self.values = keys[..., :need, :], values[..., :need, :]
+        return self.keys, self.values
+
+
+class GrowingCache(DynamicCache):
+    """A `DynamicCache` of `GrowingLayer`s (one per decoder layer, made on its first update)."""
+
+    def __init__(self):
+        Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
 
 
 def keep_slots(cache: DynamicCache, prefix: int, slots: list[int] = ()) -> None:

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
-from .kv import additive_mask, keep_slots, timed
+from .kv import GrowingCache, additive_mask, keep_slots, timed
 from .profile import profiled
 from .tree import DraftTree, batch_layout
 
@@ -75,7 +74,7 @@ class TargetModel:
         self.device = model.get_input_embeddings().weight.device
         self.dtype = next(model.parameters()).dtype
         self.features: torch.Tensor | None = None  # [n, H] of the last forward
-        self.cache = DynamicCache()
+        self.cache = GrowingCache()
         self.cached = 0
 
     @profiled("target_forward")
@@ -90,7 +89,7 @@ class TargetModel:
     @torch.no_grad()
     def start(self, committed: list[int]) -> None:
         """Prefill every committed token but the last (features [L - 1, H] kept for a draft head)."""
-        self.cache, self.cached = DynamicCache(), 0
+        self.cache, self.cached = GrowingCache(), 0
         self.features = torch.zeros(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
         if len(committed) > 1:
             ids = torch.tensor([committed[:-1]], device=self.device)

@@ -10,7 +10,7 @@ parent is u:
                                                            of the draft vocabulary)
 
 The decoder layer is a stock Hugging Face model of the target's class cut to one
-layer, so tree attention is the same 4-D mask + position ids + DynamicCache as the
+layer, so tree attention is the same 4-D mask + position ids + KV cache (growing layers) as the
 target's. Where features come from:
 
 - committed tokens: the target's real features, from forwards the engine already
@@ -47,9 +47,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, DynamicCache
+from transformers import AutoConfig, AutoModel
 
-from ..kv import keep_slots
+from ..kv import GrowingCache, keep_slots
 from ..profile import profiled
 from ..tree import DraftTree, node_levels
 from .neural import MidScores, draft_output, tree_layout
@@ -146,7 +146,7 @@ class HeadDrafter:
 
     def start(self, target_features: torch.Tensor) -> None:
         """A new generation: the prefill's features [L - 1, H] of every committed token but the last."""
-        self.cache, self.cached, self.n_feats = DynamicCache(), 0, 0
+        self.cache, self.cached, self.n_feats = GrowingCache(), 0, 0
         self.prev = torch.zeros(1 + max(256, 2 * len(target_features)), self.head.config.hidden_size,
                                 dtype=self.dtype, device=self.device)
         self._append(target_features)

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from transformers import DynamicCache
 
-from ..kv import additive_mask, keep_slots
+from ..kv import GrowingCache, additive_mask, keep_slots
 from ..profile import profiled
 from ..tree import DraftTree, path_to
 
@@ -55,12 +54,12 @@ class MidDrafter:
         self.dtype = next(model.parameters()).dtype
         self.scorer, self.vocab, self.col_of = draft_output(model.get_output_embeddings().weight, vocab_size,
                                                             draft_vocab, small_batch)
-        self.cache = DynamicCache()
+        self.cache = GrowingCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
 
     def start(self, target_features: torch.Tensor | None = None) -> None:
-        self.cache, self.cached, self.slots = DynamicCache(), 0, {}
+        self.cache, self.cached, self.slots = GrowingCache(), 0, {}
 
     def begin_round(self) -> None:
         self.slots = {}
