@@ -18,6 +18,8 @@ modeling code is forked.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, PreTrainedModel
@@ -25,14 +27,16 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "treegraft_sdpa"
-_repeated: list = [None, -1, 0, None]  # the last mask seen, its version, its groups, its rows repeated
+_last = threading.local()  # per thread (two sessions may run forwards at once): the last mask and its rows repeated
 
 
 def _group_rows(mask: torch.Tensor, groups: int) -> torch.Tensor:
     """[b, 1, n, L] -> [b, 1, g * n, L], once per forward: every layer gets the same mask tensor."""
-    if _repeated[0] is not mask or _repeated[1] != mask._version or _repeated[2] != groups:
-        _repeated[:] = [mask, mask._version, groups, torch.cat([mask] * groups, dim=2)]
-    return _repeated[3]
+    key = (mask, mask._version, groups)
+    seen = getattr(_last, "seen", None)
+    if seen is None or seen[0] is not mask or seen[1:] != key[1:]:
+        _last.seen, _last.rows = key, torch.cat([mask] * groups, dim=2)
+    return _last.rows
 
 
 def packed_gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -58,11 +62,12 @@ AttentionMaskInterface.register(NAME, sdpa_mask)  # masks built as for stock sdp
 
 
 def use_tree_attention(model: torch.nn.Module) -> int:
-    """Switch every Hugging Face model inside `model` that runs stock `sdpa` to `treegraft_sdpa`.
-    Returns how many were switched."""
+    """Switch every Hugging Face model inside `model` that runs stock `sdpa` (and takes registered attention
+    functions) to `treegraft_sdpa`. Returns how many were switched."""
     switched = 0
     for m in model.modules():
-        if isinstance(m, PreTrainedModel) and getattr(m.config, "_attn_implementation", None) == "sdpa":
+        if (isinstance(m, PreTrainedModel) and getattr(m.config, "_attn_implementation", None) == "sdpa"
+                and getattr(m, "_supports_attention_backend", False)):
             m.set_attn_implementation(NAME)
             switched += 1
     return switched

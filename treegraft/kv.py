@@ -57,16 +57,16 @@ class GrowingCache(DynamicCache):
 def keep_slots(cache: DynamicCache, prefix: int, slots: list[int] = ()) -> None:
     """Keep every layer's first `prefix` slots, then the given slots (each >= prefix), in that order.
 
-    Only the kept slots past the prefix are moved (a few rows, in place); the prefix is not copied: each layer
-    keeps a view of its first prefix + len(slots) slots, which the next forward's append copies anyway. (An
+    Only the kept slots past the prefix move (a few rows, in place); the prefix is not copied: each layer keeps a
+    view of its first prefix + len(slots) slots, after which a growing layer's next append writes in place. (An
     index-select of every kept slot copied the whole cache twice a round: ~3 ms of 30 layers at 256 tokens.)
     """
     n = prefix + len(slots)
-    moved = list(slots) != list(range(prefix, n))
+    src = None if list(slots) == list(range(prefix, n)) else torch.tensor(list(slots), dtype=torch.long)
     for layer in cache.layers:
         if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
-            if moved:
-                src = torch.tensor(list(slots), dtype=torch.long, device=layer.keys.device)
+            if src is not None:
+                src = src.to(layer.keys.device)
                 for part in (layer.keys, layer.values):  # [batch, kv_heads, slots, head_dim]
                     part[..., prefix:n, :] = part.index_select(-2, src)  # gathered first: sources may overlap
             layer.keys, layer.values = layer.keys[..., :n, :], layer.values[..., :n, :]
