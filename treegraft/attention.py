@@ -61,13 +61,10 @@ AttentionInterface.register(NAME, packed_gqa_attention)
 AttentionMaskInterface.register(NAME, sdpa_mask)  # masks built as for stock sdpa (without it, none are built)
 
 
-def use_tree_attention(model: torch.nn.Module) -> int:
+def use_tree_attention(model: torch.nn.Module) -> None:
     """Switch every Hugging Face model inside `model` that runs stock `sdpa` (and takes registered attention
-    functions) to `treegraft_sdpa`. Returns how many were switched."""
-    switched = 0
+    functions) to `treegraft_sdpa`."""
     for m in model.modules():
         if (isinstance(m, PreTrainedModel) and getattr(m.config, "_attn_implementation", None) == "sdpa"
                 and getattr(m, "_supports_attention_backend", False)):
             m.set_attn_implementation(NAME)
-            switched += 1
-    return switched

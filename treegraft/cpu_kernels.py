@@ -80,9 +80,9 @@ def packed_ops():
                                        extra_ldflags=omp, verbose=False)
                     break
                 except Exception as err:  # no compiler, no ninja, a read-only cache: the other paths remain
-                    _ops["why"] = f"could not build kernels/packed_gemm.cpp ({type(err).__name__}: {str(err)[:200]})"
-            if _ops["ops"] is not None:
-                _ops["why"] = ""
+                    error = err
+            else:
+                _ops["why"] = f"could not build kernels/packed_gemm.cpp ({type(error).__name__}: {str(error)[:200]})"
     return _ops["ops"]
 
 

@@ -23,7 +23,7 @@ class GrowingLayer(DynamicLayer):
         """The views are still the start of the buffers (compaction and crops keep them so)."""
         if self.buffers is None:
             return False
-        return all(t.numel() == 0 or (t.data_ptr() == b.data_ptr() and t.stride() == b.stride() and t.dtype == b.dtype)
+        return all(t.numel() == 0 or (t.data_ptr() == b.data_ptr() and t.stride() == b.stride())
                    for t, b in zip((self.keys, self.values), self.buffers))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
