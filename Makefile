@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: install browser demo cli-demo test test-slow test-all distill distill-head gallery
+.PHONY: install browser demo cli-demo test test-slow test-all distill distill-head corpus gallery
 
 $(STAMP): requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -55,6 +55,12 @@ distill-head: install
 	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 1280 --tasks 960 --depths 2 \
 		--loss candidates --minutes 55 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
+
+# the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to 640 chat + 480 task prompts
+# (never the bench's), made in the same cache as distill-head's (resumable: the cache files are the state)
+corpus: install
+	$(PY) -m pip install -q -r requirements-distill.txt
+	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480
 
 # the app's gallery of recorded traces (ui/gallery/): re-record after engine or scheduler changes
 gallery: install

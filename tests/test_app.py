@@ -33,7 +33,8 @@ def app_url():
 
 def submit_args(**over):
     args = dict(prompt=PROMPT, pair="default", method="fixed", schedule="1,0,1,0,1", no_eg=False, no_nd=False,
-                paper_scores=False, max_new=24, temperature=0.0, seed=0, depth=5, width=8, budget=8, adaptive=True, compare=True)
+                paper_scores=False, max_new=24, temperature=0.0, seed=0, depth=5, width=8, budget=8, adaptive=True, compare=True,
+                corpus=True)
     args.update(over)
     return list(args.values())
 

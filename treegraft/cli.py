@@ -1,4 +1,4 @@
-"""`python -m treegraft {generate,bench,scheduler,distill,draft-vocab,pairs}`: a thin shell over the engine."""
+"""`python -m treegraft {generate,bench,scheduler,distill,draft-vocab,corpus,pairs}`: a thin shell over the engine."""
 from __future__ import annotations
 
 import argparse
@@ -153,6 +153,25 @@ def _draft_vocab(args) -> int:
     return 0
 
 
+def _corpus(args) -> int:
+    from .answers import AnswerSettings, corpus_documents, describe, target_answers
+    from .drafters.corpus import load_corpus, save_corpus
+    from .models import load_pair_models
+
+    pair = load_pair(args.pair, args.models)
+    out = Path(args.out) if args.out else resolve_path(pair.corpus or "models/corpus.npz")
+    loaded = load_pair_models(pair.model_copy(update={"corpus": None}), "float32")
+    s = AnswerSettings(prompts=args.answers, tasks=args.tasks, max_new_tokens=args.answer_tokens, seed=args.seed)
+    rows = target_answers(loaded.target, loaded.tokenizer, s)  # made or continued in the cache folder
+    docs = corpus_documents(loaded.tokenizer, rows)
+    meta = {**describe(s, rows), "documents": len(docs), "tokens": sum(map(len, docs)),
+            "note": "greedy answers only, each with the chat template's generation header"}
+    save_corpus(out, docs, meta)
+    index = load_corpus(out, len(loaded.tokenizer), pair.drafting.ngram_max)
+    print(json.dumps({"out": str(out), **meta, "index": index.describe()}))
+    return 0
+
+
 def _bench(args) -> int:
     from .bench import bench_meta, parse_methods, run_bench, write_outputs
     from .engine import Engine
@@ -196,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_generate_parser(sub)
 
-    for add in (_add_distill, _add_scheduler, _add_draft_vocab, _add_bench):
+    for add in (_add_distill, _add_scheduler, _add_draft_vocab, _add_corpus, _add_bench):
         add(sub)
     ls = sub.add_parser("pairs", help="list the pairs of models.yaml")
     ls.set_defaults(func=_pairs)
@@ -310,6 +329,18 @@ def _add_draft_vocab(sub) -> None:
     v.add_argument("--out", default=None, help="default: the pair's mid draft_vocab path")
     v.add_argument("--size", type=int, default=16384)
     v.set_defaults(func=_draft_vocab)
+
+
+def _add_corpus(sub) -> None:
+    c = sub.add_parser("corpus", help="the n-gram drafter's corpus: the target's own greedy answers to prompts "
+                                      "that are never the bench's (drafters/corpus.py)")
+    c.add_argument("--pair", default="default")
+    c.add_argument("--out", default=None, help="default: the pair's corpus path")
+    c.add_argument("--answers", type=int, default=640, help="chat prompts answered (whole blocks of 640, cached)")
+    c.add_argument("--tasks", type=int, default=480, help="task prompts answered (whole blocks of 480, cached)")
+    c.add_argument("--answer-tokens", type=int, default=160, help="longest answer the target writes")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=_corpus)
 
 
 def _add_bench(sub) -> None:

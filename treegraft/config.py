@@ -35,6 +35,8 @@ class DraftingConfig(_Strict):
     span_max: int = Field(10, ge=0, le=32, description="longest copied span a small step may add under one "
                                                       "frontier node (drafters/ngram.py; 0: one token per child)")
     schedule: tuple[int, ...] = Field((1, 0, 1, 0, 1), description="the `fixed` method's schedule")
+    corpus: bool = Field(True, description="the small drafter also reads the pair's corpus of the target's earlier "
+                         "answers (PairConfig.corpus; drafters/corpus.py), where the pair has one")
     scores: Literal["calibrated", "paper"] = Field(
         "calibrated", description="p(v) of a node: 'paper' = the last drafter's own probability (a mid refresh "
         "replaces the n-gram drafter's); 'calibrated' = the learned probability that the target accepts it, "
@@ -114,6 +116,8 @@ class PairConfig(_Strict):
     requires_gpu: bool = False
     chat_template: bool = True
     scheduler: str | None = None
+    corpus: str | None = Field(None, description="the target's own earlier answers (.npz of token ids, "
+                               "`python -m treegraft corpus`): the n-gram drafter's second source, beside the context")
     small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs and the output head "
                                                         "as W @ x.T (treegraft/cpu_kernels.py)")
     lazy_logits: Literal["auto", "on", "off"] = Field("auto", description="verification computes the target's "

@@ -33,6 +33,9 @@ def add_generate_parser(sub) -> None:
                         "(the paper's rule; default: the pair's setting)")
     g.add_argument("--mid-levels", type=int, default=None,
                    help="a mid step scores only nodes with fewer unevaluated ancestors than this")
+    g.add_argument("--corpus", choices=["on", "off"], default=None,
+                   help="the n-gram drafter also reads the pair's corpus of the target's earlier answers "
+                        "(default: on where the pair has one)")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", default=None)
     src.add_argument("--prompt-file", default=None)
@@ -49,7 +52,7 @@ def on_off(value: str | None) -> bool | None:
 def settings_from_args(pair, args):
     drafting = with_overrides(pair.drafting, depth=args.depth, width=args.width, top_k=args.draft_top_k,
                               budget=args.budget, adaptive_budget=on_off(args.adaptive_budget),
-                              scores=args.scores, mid_levels=args.mid_levels,
+                              scores=args.scores, mid_levels=args.mid_levels, corpus=on_off(args.corpus),
                               schedule=parse_schedule(args.schedule) if args.schedule else None)
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_p=args.top_p, top_k=args.top_k)

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from .attention import use_tree_attention
 from .config import ModelSource, PairConfig, resolve_path
 from .cpu_kernels import use_cpu_kernels
+from .drafters.corpus import CorpusError, CorpusIndex, load_corpus
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -42,6 +43,7 @@ class LoadedPair:
     device: torch.device
     dtype: torch.dtype
     mid_vocab: torch.Tensor | None = None  # [S] the mid's draft vocabulary (None: all tokens)
+    corpus: CorpusIndex | None = None  # the n-gram drafter's store of the target's earlier answers
 
 
 def cache_root() -> Path:
@@ -219,6 +221,10 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     if not pair.mid.share_embeddings_with_target and pair.mid.kind == "lm":
         mid_tok = _load_or_explain("mid tokenizer", pair.mid, lambda: load_tokenizer(pair.mid))
         check_vocabularies(tok, mid_tok, pair.target.describe(), pair.mid.describe())
+    try:  # before the weights: a broken corpus file fails fast
+        corpus = load_corpus(resolve_path(pair.corpus), len(tok), pair.drafting.ngram_max) if pair.corpus else None
+    except CorpusError as err:
+        raise ModelLoadError(f"pair '{pair.name}': {err}") from None
     target = _load_or_explain("target", pair.target,
                               lambda: load_model(pair.target, torch_dtype, device, pair.device_map))
     if pair.mid.kind == "head":
@@ -235,7 +241,7 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     if pair.small_batch_linear and device.type == "cpu":
         use_cpu_kernels(target)
         use_cpu_kernels(mid)
-    return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)))
+    return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)), corpus)
 
 
 def load_draft_vocab(src: ModelSource, vocab_size: int) -> torch.Tensor | None:

@@ -53,6 +53,7 @@ class RunRequest:
     budget: int
     adaptive: bool
     compare: bool
+    corpus: bool = True  # the n-gram drafter also reads the pair's corpus (drafters/corpus.py)
 
     @classmethod
     def of(cls, values) -> "RunRequest":
@@ -94,7 +95,7 @@ def prepare(runtime: Runtime, statuses, r: RunRequest, progress):
     try:
         drafting = with_overrides(cfg.drafting, depth=int(r.depth), width=int(r.width), budget=int(r.budget),
                                   schedule=sched, adaptive_budget=bool(r.adaptive),
-                                  scores="paper" if r.paper_scores else "calibrated")
+                                  scores="paper" if r.paper_scores else "calibrated", corpus=bool(r.corpus))
         gen = with_overrides(cfg.generation, max_new_tokens=int(r.max_new), temperature=float(r.temperature))
         spec = MethodSpec(r.method, eg=not r.no_eg, nd=not r.no_nd)
         engine = runtime.engine(r.pair, progress)

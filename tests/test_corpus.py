@@ -1,0 +1,114 @@
+"""The n-gram drafter's corpus of the target's earlier answers (drafters/corpus.py): counts, merge, files."""
+import random
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from treegraft.drafters.corpus import MAX_FOLLOWERS, CorpusError, CorpusIndex, load_corpus, save_corpus
+from treegraft.drafters.ngram import BACKOFF, NgramIndex
+
+
+def _docs(seed=0, vocab=7, n=40):
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randrange(1, 50))] for _ in range(n)]
+
+
+@pytest.mark.parametrize("vocab", [7, 49_152])
+def test_every_ngram_has_its_counted_followers(vocab):
+    """Against a plain count per order: the best follower and its p = count / total, never across documents."""
+    docs = _docs(vocab=7)
+    docs = [[t * (vocab // 7) for t in d] for d in docs]  # wide ids exercise the packed keys' high bits
+    index = CorpusIndex([np.array(d) for d in docs], vocab, n_max=4)
+    assert index.n_max == 4
+    for n in range(1, 5):
+        ref = defaultdict(Counter)
+        for d in docs:
+            for i in range(len(d) - n):
+                ref[tuple(d[i:i + n])][d[i + n]] += 1
+        for gram, followers in ref.items():
+            props, order = index.propose(gram, MAX_FOLLOWERS)
+            total, best = sum(followers.values()), max(followers.values())
+            assert order == n
+            assert followers[props[0][0]] == best and props[0][1] == pytest.approx(best / total)
+            assert [p for _, p in props] == sorted((p for _, p in props), reverse=True)
+    # the last token of one document is never followed by the first of the next
+    joins = {(a[-1], b[0]) for a, b in zip(docs, docs[1:])}
+    inside = {(d[i], d[i + 1]) for d in docs for i in range(len(d) - 1)}
+    for a, b in joins - inside:
+        assert b not in [t for t, _ in index.propose((a,), MAX_FOLLOWERS)[0]]
+
+
+def test_wide_vocabularies_keep_exact_keys():
+    assert CorpusIndex([np.array([1, 2, 3])], 151_936, n_max=5).n_max == 3  # 18 bits a token
+    assert CorpusIndex([np.array([1, 2, 3])], 49_152, n_max=5).n_max == 4
+
+
+def test_the_longer_match_leads_and_the_context_wins_ties():
+    corpus = CorpusIndex([np.array([10, 11, 12, 13, 14]), np.array([11, 12, 20])], 64, n_max=4)
+    ctx = NgramIndex(5, corpus)
+    ctx.extend([5, 12, 30, 9, 10, 11, 12])
+    # context: "12" -> 30 (order 1); corpus: "10 11 12" -> 13 (order 3) leads, the context fills in scaled
+    props = ctx.propose([], 3)
+    assert props[0] == (13, pytest.approx(1.0))
+    assert (30, pytest.approx(BACKOFF * 1.0)) in props
+    # a tie at order 2
+    tie = NgramIndex(5, corpus)
+    tie.extend([11, 12, 40, 7, 11, 12])  # context "11 12" -> 40 (order 2); corpus "11 12" -> 13 or 20
+    props = tie.propose([], 2)
+    assert props[0][0] == 40  # the context's own text leads on a tie
+    assert props[1][0] in (13, 20) and props[1][1] == pytest.approx(BACKOFF * 0.5)
+
+
+def test_without_a_corpus_the_drafter_is_unchanged():
+    toks = [1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3, 8]
+    a, b = NgramIndex(3), NgramIndex(3, CorpusIndex([], 16))
+    a.extend(toks)
+    b.extend(toks)
+    for tail in ([], [1, 2, 3], [2, 3], [42]):
+        assert a.propose(tail, 4) == b.propose(tail, 4)
+
+
+def test_a_corpus_span_copies_a_phrase_the_context_never_held():
+    corpus = CorpusIndex([np.array([1, 2, 3, 4, 5, 6, 7, 8])] * 2, 16, n_max=4)
+    idx = NgramIndex(5, corpus)
+    idx.extend([9, 1, 2, 3])
+    assert [t for t, _ in idx.span([], 4)] == [4, 5, 6, 7]
+
+
+def test_saved_corpus_round_trips_and_bad_files_are_refused(tmp_path):
+    docs = _docs(seed=1)
+    path = tmp_path / "c.npz"
+    save_corpus(path, docs, {"source": "test"})
+    loaded = load_corpus(path, 7, 4)
+    fresh = CorpusIndex([np.array(d) for d in docs], 7, 4)
+    assert loaded.describe() == fresh.describe()
+    for gram in [(1,), (2, 3), (0, 1, 2), (4, 4, 4, 4)]:
+        assert loaded.propose(gram, 4) == fresh.propose(gram, 4)
+    with pytest.raises(CorpusError, match="outside the vocabulary"):
+        load_corpus(path, 3, 4)
+    with pytest.raises(CorpusError, match="not found"):
+        load_corpus(tmp_path / "none.npz", 7, 4)
+    (tmp_path / "bad.npz").write_text("x")
+    with pytest.raises(CorpusError, match="is not a TreeGraft corpus"):
+        load_corpus(tmp_path / "bad.npz", 7, 4)
+
+
+def test_the_engine_drafts_from_the_corpus_and_stays_exact(engine):
+    """The default pair ships a corpus: all-small with and without it equals AR, and the corpus changes the drafts
+    (a fixed B_ver, so that no timing decides the trees)."""
+    from treegraft.config import GenerationConfig, load_pair
+    from treegraft.methods import MethodSpec
+    from treegraft.prompts import load_prompts
+
+    assert engine.pair.corpus is not None and engine.pair.corpus.tokens > 10_000
+    prompt = next(p for p in load_prompts("default") if p.category == "math")
+    ids, gen = engine.encode(prompt.messages), GenerationConfig(max_new_tokens=24)
+    base = load_pair("default").drafting.model_copy(update={"adaptive_budget": False, "budget": 15})
+    ar = engine.generate(ids, MethodSpec("ar"), base, gen).new_tokens
+    runs = {c: engine.generate(ids, MethodSpec("all-small"), base.model_copy(update={"corpus": c}), gen)
+            for c in (True, False)}
+    assert all(r.new_tokens == ar for r in runs.values())
+    assert runs[True].rounds[0].tree.token != runs[False].rounds[0].tree.token
+    session = engine.start(ids, MethodSpec("all-small"), base.model_copy(update={"corpus": False}), gen)
+    assert session.ngram.corpus is None
