@@ -112,3 +112,18 @@ def test_the_engine_drafts_from_the_corpus_and_stays_exact(engine):
     assert runs[True].rounds[0].tree.token != runs[False].rounds[0].tree.token
     session = engine.start(ids, MethodSpec("all-small"), base.model_copy(update={"corpus": False}), gen)
     assert session.ngram.corpus is None
+
+
+def test_corpus_documents_leave_out_sampled_answers_and_the_schedulers_prompts(fp32_pair):
+    from treegraft.answers import _encode, corpus_documents
+    from treegraft.prompts import load_prompts
+
+    tok = fp32_pair.tokenizer
+    train = _encode(tok, list(load_prompts("train")[0].messages))
+    other = _encode(tok, ["What is the capital of France?"])
+    rows = [{"ids": other + [10, 11, 2], "prompt_len": len(other), "sampled": False},
+            {"ids": other + [12, 2], "prompt_len": len(other), "sampled": True},
+            {"ids": train + [13, 2], "prompt_len": len(train), "sampled": False}]
+    docs = corpus_documents(tok, rows)
+    assert len(docs) == 1 and docs[0][-3:] == [10, 11, 2]
+    assert tok.decode(docs[0][:-3]).strip().endswith("assistant")  # the generation header leads in

@@ -222,9 +222,13 @@ def describe(s: AnswerSettings, rows: list[dict]) -> dict:
 
 def corpus_documents(tok, rows: list[dict]) -> list[list[int]]:
     """The n-gram drafter's corpus (drafters/corpus.py) from answer rows: each greedy answer with the chat
-    template's generation header before it (so that a reply's first tokens are found after the header too);
-    sampled answers are left out, since greedy decoding is what the store should predict."""
+    template's generation header before it (so that a reply's first tokens are found after the header too).
+    Left out: sampled answers (greedy decoding is what the store should predict), and the answers to the
+    scheduler's training prompts, which the scheduler's collection replays: with their own answers in the
+    store it would learn from rounds the n-gram drafter has memorised."""
     header = len(_encode(tok, ["x"])) - len(list(tok.apply_chat_template(
         [{"role": "user", "content": "x"}], add_generation_prompt=False, tokenize=True, return_dict=False)))
     header = max(0, header)
-    return [r["ids"][max(0, r["prompt_len"] - header):] for r in rows if not r["sampled"]]
+    replayed = {tuple(_encode(tok, list(p.messages))) for p in load_prompts("train")}
+    return [r["ids"][max(0, r["prompt_len"] - header):] for r in rows
+            if not r["sampled"] and tuple(r["ids"][:r["prompt_len"]]) not in replayed]
