@@ -127,3 +127,19 @@ def test_corpus_documents_leave_out_sampled_answers_and_the_schedulers_prompts(f
     docs = corpus_documents(tok, rows)
     assert len(docs) == 1 and docs[0][-3:] == [10, 11, 2]
     assert tok.decode(docs[0][:-3]).strip().endswith("assistant")  # the generation header leads in
+
+
+def test_the_corpus_is_switched_per_method_and_per_generation():
+    from treegraft.bench import parse_methods
+    from treegraft.cli import build_parser
+    from treegraft.config import ConfigError, load_pair
+    from treegraft.generate_cli import settings_from_args
+
+    pair = load_pair("default")
+    methods = {m.label: m.drafting.corpus for m in parse_methods("all-small,all-small:corpus=off", pair.drafting)}
+    assert methods == {"ar": True, "all-small": True, "all-small:corpus=off": False}
+    with pytest.raises(ConfigError, match="corpus"):
+        parse_methods("all-small:corpus=maybe", pair.drafting)
+    for flag, want in (([], True), (["--corpus", "off"], False)):
+        args = build_parser().parse_args(["generate", "--prompt", "x", *flag])
+        assert settings_from_args(pair, args)[0].corpus is want
