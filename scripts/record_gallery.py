@@ -3,7 +3,7 @@
 
     HF_HUB_OFFLINE=1 nice -n 19 .venv/bin/python scripts/record_gallery.py
 
-float32, greedy, 48 new tokens by default; the first prompt of each category of the bench suite.
+float32, greedy, 40 new tokens by default; the first prompt of each category of the bench suite.
 Each file must stay under 300 KB (checked here; the app refuses nothing bigger than its upload limit).
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ def plan(prompts, ablation_category: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=GALLERY_DIR)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--ablation-category", default="chat")
     ap.add_argument("--only", default="", help="comma-separated entry names to re-record (others kept)")
