@@ -41,35 +41,92 @@ def context_names(depth: int) -> list[str]:
             + [f"called_mid_{j}" for j in range(1, depth + 1)] + ["verify_growth"])
 
 
-def tree_features(st: StepState, width: int, top_k: int, last_mid_best: float) -> dict[str, float]:
-    tree = st.tree
-    n = tree.n
-    alive = tree.alive[:n]
-    live = int(alive.sum())
-    has_child = np.zeros(n, dtype=bool)
-    parents = tree.parent[:n][alive]
-    has_child[parents[parents >= 0]] = True
-    leaves = int((alive & ~has_child).sum())
-    nk = small_pool(tree)
-    small_f = top_w(tree, nk, width)
-    pool = mid_pool(tree)
-    mid_f = top_w(tree, pool, width)
-    cur_depth = int(tree.depth[nk].max()) if len(nk) else tree.max_leaf_depth()
-    best = float(tree.score[nk].max()) if len(nk) else 0.0
-    return {
-        "frontier_depth": cur_depth / st.depth,
-        "leaf_ratio": leaves / live,
-        "collapse_debt": last_mid_best - best if len(nk) else 0.0,
-        "past_reselect_ratio": float(np.mean(tree.depth[mid_f] < cur_depth)) if len(mid_f) else 0.0,
-        "reselect_overlap": len(set(small_f.tolist()) & set(mid_f.tolist())) / width,
-        "reselect_score": float(tree.score[mid_f].mean()) if len(mid_f) else 0.0,
-        "tree_fill": live / (st.depth * width * top_k),
-        "pool_ratio": math.log(max(1, len(pool)) / max(1, len(nk))),
-        "best_score": best,
-        "small_empty": float(len(nk) == 0),
-        "small_share": float((tree.drafter[:n][alive] == SMALL).sum()) / live,
-        "last_logp": float(tree.logp[nk].mean()) if len(nk) else 0.0,
-    }
+class _TreeSignals:
+    """The tree signals of one step, each computed on first use from shared, lazily computed parts: the
+    online scheduler asks only for the ones its file names (one, for the default pair), collection for all."""
+
+    def __init__(self, st: StepState, width: int, top_k: int, last_mid_best: float):
+        self.st, self.tree, self.width, self.top_k, self.last_mid_best = st, st.tree, width, top_k, last_mid_best
+        self.n = self.tree.n
+        self._parts: dict = {}
+
+    def _part(self, name: str, fn):
+        if name not in self._parts:
+            self._parts[name] = fn()
+        return self._parts[name]
+
+    @property
+    def alive(self) -> np.ndarray:
+        return self._part("alive", lambda: self.tree.alive[:self.n])
+
+    @property
+    def live(self) -> int:
+        return self._part("live", lambda: int(self.alive.sum()))
+
+    @property
+    def nk(self) -> np.ndarray:
+        return self._part("nk", lambda: small_pool(self.tree))
+
+    @property
+    def pool(self) -> np.ndarray:
+        return self._part("pool", lambda: mid_pool(self.tree))
+
+    @property
+    def mid_f(self) -> np.ndarray:
+        return self._part("mid_f", lambda: top_w(self.tree, self.pool, self.width))
+
+    @property
+    def cur_depth(self) -> int:
+        return self._part("cur_depth", lambda: int(self.tree.depth[self.nk].max()) if len(self.nk)
+                          else self.tree.max_leaf_depth())
+
+    @property
+    def best(self) -> float:
+        return self._part("best", lambda: float(self.tree.score[self.nk].max()) if len(self.nk) else 0.0)
+
+    def leaf_ratio(self) -> float:
+        has_child = np.zeros(self.n, dtype=bool)
+        parents = self.tree.parent[:self.n][self.alive]
+        has_child[parents[parents >= 0]] = True
+        return int((self.alive & ~has_child).sum()) / self.live
+
+    def value(self, name: str) -> float:
+        t, nk, mid_f = self.tree, self.nk, None
+        if name == "frontier_depth":
+            return self.cur_depth / self.st.depth
+        if name == "leaf_ratio":
+            return self.leaf_ratio()
+        if name == "collapse_debt":
+            return self.last_mid_best - self.best if len(nk) else 0.0
+        if name in ("past_reselect_ratio", "reselect_overlap", "reselect_score"):
+            mid_f = self.mid_f
+        if name == "past_reselect_ratio":
+            return float(np.mean(t.depth[mid_f] < self.cur_depth)) if len(mid_f) else 0.0
+        if name == "reselect_overlap":
+            small_f = top_w(t, nk, self.width)
+            return len(set(small_f.tolist()) & set(mid_f.tolist())) / self.width
+        if name == "reselect_score":
+            return float(t.score[mid_f].mean()) if len(mid_f) else 0.0
+        if name == "tree_fill":
+            return self.live / (self.st.depth * self.width * self.top_k)
+        if name == "pool_ratio":
+            return math.log(max(1, len(self.pool)) / max(1, len(nk)))
+        if name == "best_score":
+            return self.best
+        if name == "small_empty":
+            return float(len(nk) == 0)
+        if name == "small_share":
+            return float((t.drafter[:self.n][self.alive] == SMALL).sum()) / self.live
+        if name == "last_logp":
+            return float(t.logp[nk].mean()) if len(nk) else 0.0
+        raise KeyError(f"unknown tree feature {name!r} (TREE_CANDIDATES)")
+
+
+def tree_features(st: StepState, width: int, top_k: int, last_mid_best: float,
+                  names: tuple[str, ...] | list[str] = TREE_CANDIDATES) -> dict[str, float]:
+    """The named tree signals (default: every candidate) of the step about to be taken."""
+    signals = _TreeSignals(st, width, top_k, last_mid_best)
+    return {name: signals.value(name) for name in names}
 
 
 def context_features(st: StepState) -> list[float]:
@@ -91,14 +148,14 @@ class FeatureTracker:
     def start_round(self) -> None:
         self.last_mid_best = 0.0
 
-    def all_features(self, st: StepState) -> tuple[dict[str, float], list[float]]:
+    def all_features(self, st: StepState, names=TREE_CANDIDATES) -> tuple[dict[str, float], list[float]]:
         if st.actions and st.actions[-1] == MID:
             nk = small_pool(st.tree)  # after a mid step N_k is what it produced
             self.last_mid_best = float(st.tree.score[nk].max()) if len(nk) else self.last_mid_best
-        return tree_features(st, self.width, self.top_k, self.last_mid_best), context_features(st)
+        return tree_features(st, self.width, self.top_k, self.last_mid_best, names), context_features(st)
 
     def vector(self, st: StepState, tree_names: list[str], ctx_names: list[str] | None = None) -> np.ndarray:
-        tree, ctx = self.all_features(st)
+        tree, ctx = self.all_features(st, tree_names)
         if ctx_names is not None:
             named = dict(zip(context_names(st.depth), ctx))
             ctx = [named[n] for n in ctx_names]
