@@ -185,3 +185,26 @@ def test_scheduler_inputs_are_clipped_to_the_training_range():
     assert net(np.array([[5.0, -3.0]])) == pytest.approx(net(np.array([[1.0, 0.0]])))
     again = NumpyMLP.from_json(json.loads(json.dumps(net.to_json())))
     assert again(np.array([[5.0, -3.0]])) == pytest.approx(net(np.array([[1.0, 0.0]])))
+
+
+def test_features_asked_one_by_one_equal_the_full_set():
+    """The online scheduler computes only the signals its file names; each equals the collected full set's."""
+    import math
+    import random
+
+    from treegraft.methods import StepState
+    from treegraft.scheduler.features import TREE_CANDIDATES, tree_features
+    from treegraft.tree import MID, SMALL, DraftTree, add_child
+
+    rng = random.Random(0)
+    for _ in range(20):
+        t = DraftTree.new(5, capacity=300)
+        for _ in range(rng.randrange(0, 120)):
+            add_child(t, rng.randrange(t.n), rng.randrange(50), math.log(rng.uniform(0.01, 1)),
+                      rng.choice([SMALL, MID]), rng.randrange(1, 6))
+        t.mid_visited[:rng.randrange(t.n + 1)] = True
+        st = StepState(rng.randrange(1, 6), 5, t, [rng.randrange(2) for _ in range(rng.randrange(5))], 100)
+        full = tree_features(st, 8, 4, -1.5)
+        assert list(full) == list(TREE_CANDIDATES)
+        for name in TREE_CANDIDATES:
+            assert tree_features(st, 8, 4, -1.5, [name]) == {name: full[name]}
