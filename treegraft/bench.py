@@ -48,10 +48,9 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     Suffixes: :no-eg / :no-nd (ablations), :s=10101 (the fixed schedule), :adaptive / :fixed-budget, and
     the drafting knobs of KNOBS: :d=N (depth D), :w=N (width W), :k=N (top-K), :b=N (B_ver), :span=N
     (copied spans, 0: off), :n=N (n-gram order), :cap=X (verify-cost cap), :lv=N (mid pool bound),
-    :scores=paper|calibrated (how a
-    node's p is set, tree.py), :corpus=off (the n-gram drafter without the pair's corpus). So one run can sweep the tree's
-    shape side by side, e.g. `all-small,all-small:d=3,all-small:w=4:k=2`. Values are validated as in
-    models.yaml."""
+    :scores=paper|calibrated (how a node's p is set, tree.py), :corpus=off (the n-gram drafter without the
+    pair's corpus). So one run can sweep the tree's shape side by side, e.g.
+    `all-small,all-small:d=3,all-small:w=4:k=2`. Values are validated as in models.yaml."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
         body, _, pair = label.partition("@")

@@ -244,7 +244,8 @@ class Engine:
             raise PromptError("the prompt encodes to no tokens")
         check_length(len(prompt_ids), gen.max_new_tokens, self.context)
         plan = build_method(method, drafting, self.mid, self.pair.config.scheduler) if method.drafts else None
-        s = Session(list(prompt_ids), len(prompt_ids), drafting, gen, method, plan, NgramIndex(drafting.ngram_max, self.pair.corpus if drafting.corpus else None),
+        ngram = NgramIndex(drafting.ngram_max, self.pair.corpus if drafting.corpus else None)
+        s = Session(list(prompt_ids), len(prompt_ids), drafting, gen, method, plan, ngram,
                     None if gen.greedy else torch.Generator().manual_seed(seed), self.device,
                     t_target_ms=self.timing_ms["target"], t_mid_ms=self.timing_ms["mid"])
         if plan is not None:

@@ -49,8 +49,8 @@ class Controls:
 
     def inputs(self) -> list:
         return [self.prompt, self.pair, self.method, self.schedule, self.no_eg, self.no_nd, self.paper_scores,
-                self.max_new, self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive, self.compare,
-                self.corpus]
+                self.max_new, self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive,
+                self.compare, self.corpus]
 
     @classmethod
     def place(cls, examples: list[str], pair_choices, default_pair: str, drafting) -> "Controls":

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .ngram import BACKOFF
+
 MAX_FOLLOWERS = 8  # followers kept per n-gram (the drafter asks for K <= this in practice)
 
 
@@ -90,8 +92,6 @@ class CorpusIndex:
     def _propose(self, seq: tuple[int, ...], k: int) -> tuple[tuple[tuple[int, float], ...], int]:
         """(up to k (token, p) best first for what follows `seq`, the order of the longest matching suffix; 0:
         none). The longest matching suffix decides; shorter ones fill in, scaled as the context index does."""
-        from .ngram import BACKOFF
-
         out: list[tuple[int, float]] = []
         seen: set[int] = set()
         longest, scale = 0, 1.0

@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from ..profile import profiled
 from ..trace import StepTrace
-from .corpus import CorpusIndex
 from ..tree import SMALL, DraftTree, add_child, path_tokens, recompute_scores, small_pool, top_w
+
+if TYPE_CHECKING:
+    from .corpus import CorpusIndex
 
 BACKOFF = 0.25
 SPAN_MIN_MATCH = 3  # a chain token needs a matching suffix of at least this many tokens
