@@ -30,10 +30,12 @@ MAX_FOLLOWERS = 8  # followers kept per n-gram (the drafter asks for K <= this i
 
 
 class CorpusError(ValueError):
-    pass
+    """A corpus file that is missing, unreadable or does not fit the pair's vocabulary."""
 
 
 class CorpusIndex:
+    """The read-only n-gram store of a token corpus; `propose(seq, k)` as the context index's look-up."""
+
     def __init__(self, docs: list[np.ndarray], vocab_size: int, n_max: int = 4):
         self.bits = max(1, int(vocab_size - 1).bit_length())
         self.n_max = max(1, min(n_max, 64 // self.bits))
@@ -44,7 +46,8 @@ class CorpusIndex:
             np.zeros(0, np.int64)  # [N] documents, each followed by a -1 separator
         if flat.size and (flat.max() >= vocab_size or (flat[flat != -1] < 0).any()):
             raise CorpusError(f"corpus token ids outside the vocabulary [0, {vocab_size})")
-        # per order n: keys [G] (sorted, unique), start [G + 1] into followers/counts, total [G]
+        # per order n: (keys [G] sorted and unique, start [G + 1] into the next two, followers [F], counts [F],
+        # total [G] = every follower's count of that n-gram, kept or not)
         self.orders: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None]
         for n in range(1, self.n_max + 1):
             self.orders.append(self._build(flat, n))
