@@ -8,6 +8,7 @@ paper's six tree signals and D = 5 the input has 6 + 6 + 5 = 17 entries.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
@@ -42,47 +43,44 @@ def context_names(depth: int) -> list[str]:
 
 
 class _TreeSignals:
-    """The tree signals of one step, each computed on first use from shared, lazily computed parts: the
-    online scheduler asks only for the ones its file names (one, for the default pair), collection for all."""
+    """The tree signals of one step (one method per name of TREE_CANDIDATES), each computed on first use from
+    parts computed once: the online scheduler asks only for the ones its file names (one, for the default
+    pair), collection for all."""
 
     def __init__(self, st: StepState, width: int, top_k: int, last_mid_best: float):
         self.st, self.tree, self.width, self.top_k, self.last_mid_best = st, st.tree, width, top_k, last_mid_best
         self.n = self.tree.n
-        self._parts: dict = {}
 
-    def _part(self, name: str, fn):
-        if name not in self._parts:
-            self._parts[name] = fn()
-        return self._parts[name]
-
-    @property
+    @cached_property
     def alive(self) -> np.ndarray:
-        return self._part("alive", lambda: self.tree.alive[:self.n])
+        return self.tree.alive[:self.n]
 
-    @property
+    @cached_property
     def live(self) -> int:
-        return self._part("live", lambda: int(self.alive.sum()))
+        return int(self.alive.sum())
 
-    @property
+    @cached_property
     def nk(self) -> np.ndarray:
-        return self._part("nk", lambda: small_pool(self.tree))
+        return small_pool(self.tree)
 
-    @property
+    @cached_property
     def pool(self) -> np.ndarray:
-        return self._part("pool", lambda: mid_pool(self.tree))
+        return mid_pool(self.tree)
 
-    @property
+    @cached_property
     def mid_f(self) -> np.ndarray:
-        return self._part("mid_f", lambda: top_w(self.tree, self.pool, self.width))
+        return top_w(self.tree, self.pool, self.width)
 
-    @property
+    @cached_property
     def cur_depth(self) -> int:
-        return self._part("cur_depth", lambda: int(self.tree.depth[self.nk].max()) if len(self.nk)
-                          else self.tree.max_leaf_depth())
+        return int(self.tree.depth[self.nk].max()) if len(self.nk) else self.tree.max_leaf_depth()
 
-    @property
+    @cached_property
     def best(self) -> float:
-        return self._part("best", lambda: float(self.tree.score[self.nk].max()) if len(self.nk) else 0.0)
+        return float(self.tree.score[self.nk].max()) if len(self.nk) else 0.0
+
+    def frontier_depth(self) -> float:
+        return self.cur_depth / self.st.depth
 
     def leaf_ratio(self) -> float:
         has_child = np.zeros(self.n, dtype=bool)
@@ -90,36 +88,41 @@ class _TreeSignals:
         has_child[parents[parents >= 0]] = True
         return int((self.alive & ~has_child).sum()) / self.live
 
+    def collapse_debt(self) -> float:
+        return self.last_mid_best - self.best if len(self.nk) else 0.0
+
+    def past_reselect_ratio(self) -> float:
+        return float(np.mean(self.tree.depth[self.mid_f] < self.cur_depth)) if len(self.mid_f) else 0.0
+
+    def reselect_overlap(self) -> float:
+        small_f = top_w(self.tree, self.nk, self.width)
+        return len(set(small_f.tolist()) & set(self.mid_f.tolist())) / self.width
+
+    def reselect_score(self) -> float:
+        return float(self.tree.score[self.mid_f].mean()) if len(self.mid_f) else 0.0
+
+    def tree_fill(self) -> float:
+        return self.live / (self.st.depth * self.width * self.top_k)
+
+    def pool_ratio(self) -> float:
+        return math.log(max(1, len(self.pool)) / max(1, len(self.nk)))
+
+    def best_score(self) -> float:
+        return self.best
+
+    def small_empty(self) -> float:
+        return float(len(self.nk) == 0)
+
+    def small_share(self) -> float:
+        return float((self.tree.drafter[:self.n][self.alive] == SMALL).sum()) / self.live
+
+    def last_logp(self) -> float:
+        return float(self.tree.logp[self.nk].mean()) if len(self.nk) else 0.0
+
     def value(self, name: str) -> float:
-        t, nk, mid_f = self.tree, self.nk, None
-        if name == "frontier_depth":
-            return self.cur_depth / self.st.depth
-        if name == "leaf_ratio":
-            return self.leaf_ratio()
-        if name == "collapse_debt":
-            return self.last_mid_best - self.best if len(nk) else 0.0
-        if name in ("past_reselect_ratio", "reselect_overlap", "reselect_score"):
-            mid_f = self.mid_f
-        if name == "past_reselect_ratio":
-            return float(np.mean(t.depth[mid_f] < self.cur_depth)) if len(mid_f) else 0.0
-        if name == "reselect_overlap":
-            small_f = top_w(t, nk, self.width)
-            return len(set(small_f.tolist()) & set(mid_f.tolist())) / self.width
-        if name == "reselect_score":
-            return float(t.score[mid_f].mean()) if len(mid_f) else 0.0
-        if name == "tree_fill":
-            return self.live / (self.st.depth * self.width * self.top_k)
-        if name == "pool_ratio":
-            return math.log(max(1, len(self.pool)) / max(1, len(nk)))
-        if name == "best_score":
-            return self.best
-        if name == "small_empty":
-            return float(len(nk) == 0)
-        if name == "small_share":
-            return float((t.drafter[:self.n][self.alive] == SMALL).sum()) / self.live
-        if name == "last_logp":
-            return float(t.logp[nk].mean()) if len(nk) else 0.0
-        raise KeyError(f"unknown tree feature {name!r} (TREE_CANDIDATES)")
+        if name not in TREE_CANDIDATES:
+            raise KeyError(f"unknown tree feature {name!r} (TREE_CANDIDATES)")
+        return getattr(self, name)()
 
 
 def tree_features(st: StepState, width: int, top_k: int, last_mid_best: float,
