@@ -34,11 +34,15 @@ def merge(first, second, k):
 
 
 def propose(rule, ctx: NgramIndex, corpus, tail, k):
+    """The shipped rule and the context alone are the drafter's own code; the alternatives are built here."""
+    if rule == "longer leads (shipped)":
+        return ctx._propose(tail, k)[0]
     own, oc = ctx._context(tail, k)
+    if rule == "context":
+        return own
     seq = tuple((ctx.tokens[-corpus.n_max:] + tail)[-corpus.n_max:])
     other, og = corpus.propose(seq, k)
-    return {"context": lambda: own, "corpus": lambda: list(other), "corpus fills in": lambda: merge(own, other, k),
-            "longer leads (shipped)": lambda: merge(other, own, k) if og > oc else merge(own, other, k),
+    return {"corpus": lambda: list(other), "corpus fills in": lambda: merge(own, other, k),
             "corpus leads on ties": lambda: merge(other, own, k) if og >= oc else merge(own, other, k)}[rule]()
 
 
@@ -65,7 +69,7 @@ def main() -> None:
     stats = {r: defaultdict(lambda: [0, 0, 0, 0]) for r in RULES}  # category -> [top-1, top-K, chain, n]
     for rule in RULES:
         for category, prompt, answer in rows:
-            ctx, st = NgramIndex(pair.drafting.ngram_max), stats[rule][category]
+            ctx, st = NgramIndex(pair.drafting.ngram_max, corpus), stats[rule][category]
             ctx.extend(prompt)
             for t, token in enumerate(answer):
                 toks = [a for a, _ in propose(rule, ctx, corpus, [], args.k)]

@@ -19,6 +19,7 @@ since the store never changes.
 """
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -123,8 +124,6 @@ class CorpusIndex:
 
 def save_corpus(path: Path, docs: list[list[int]], meta: dict) -> None:
     """Documents as one uint32 array + offsets (compressed .npz), with a JSON description."""
-    import json
-
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     flat = np.array([t for d in docs for t in d], dtype=np.uint32)
     path.parent.mkdir(parents=True, exist_ok=True)

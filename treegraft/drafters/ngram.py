@@ -100,6 +100,8 @@ class NgramIndex:
         if self.corpus is None:
             return own, order
         m = self.corpus.n_max
+        if order >= m and len(own) >= k:  # the corpus could neither lead (its matches are <= m) nor fill in
+            return own, order
         seq = tuple(tail[-m:]) if len(tail) >= m else tuple(self.tokens[len(tail) - m:] + tail)
         other, corpus_order = self.corpus.propose(seq, k)
         if corpus_order > order:
