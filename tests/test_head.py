@@ -256,6 +256,35 @@ def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(
     assert answers.block_answers(None, tok, more, 1) == rows
 
 
+def test_bf16_autocast_training_keeps_fp32_weights_and_learns(tmp_path):
+    """Training under bf16 autocast (any CPU runs it; native bf16 only makes it fast): the loss's target
+    loss is the float32 one up to bf16 rounding, the weights stay float32 and learn, and a bad precision is a
+    clear error."""
+    from treegraft.distill_head import HeadSettings, autocast_dtype, fit, head_loss, target_features
+    from treegraft.drafters.head import DraftHead
+
+    target = tiny_model(1)
+    ids = torch.randint(0, VOCAB, (12, 16), generator=torch.Generator().manual_seed(0))
+    feats = target_features(target, ids, batch=4).float()
+    rows = target.get_output_embeddings().weight.float()
+    s = HeadSettings(seq_len=16, batch=4, max_steps=4, depths=2, minutes=5, precision="bfloat16")
+    head = DraftHead.from_target(target)
+    before = {k: v.clone() for k, v in head.own_state().items()}
+    with torch.no_grad():
+        outs = [head(feats[:4], ids[:4])]
+        plain = head_loss(outs, feats[:4], rows, s)[0]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            cast = head_loss(outs, feats[:4], rows, s)[0]  # only the head's side may round
+    assert torch.isfinite(cast) and abs(cast - plain) < 0.05 * abs(plain) + 1e-3
+    meta = fit(head, ids, feats, rows, s, tmp_path)
+    assert meta["steps"] == 4 and meta["autocast"] == "bfloat16"
+    assert all(v.dtype == torch.float32 for v in head.own_state().values())
+    assert any(not torch.equal(before[k], v) for k, v in head.own_state().items())
+    assert autocast_dtype("float32", torch.device("cpu")) is None
+    with pytest.raises(ValueError, match="unknown head training precision"):
+        autocast_dtype("fp8", torch.device("cpu"))
+
+
 def test_candidates_loss_keeps_every_top_token_and_trains(tmp_path):
     """The candidates loss's set holds every target top token of the batch, filled up to its size with others
     drawn from the generator, and equals the full KL when the set is the whole vocabulary."""

@@ -36,7 +36,7 @@ def _distill_head(args, pair) -> int:
                      lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
                      seed=args.seed, data=args.data, answers=answers, patience=args.patience,
                      eval_every=args.eval_every, init_from=args.init_from, loss=args.loss,
-                     candidates=args.candidates)
+                     candidates=args.candidates, precision=args.precision)
     if args.profile_step:
         print(json.dumps(profile_step(pair, s), indent=2))
         return 0
@@ -257,8 +257,10 @@ def _add_distill(sub) -> None:
     d.add_argument("--loss", choices=["full", "candidates"], default="full",
                    help="head: KL over the whole draft vocabulary, or over one candidate set per batch (cheaper)")
     d.add_argument("--candidates", type=int, default=1024, help="head: tokens in the candidates loss's set")
+    d.add_argument("--precision", choices=["float32", "bfloat16", "auto"], default="float32",
+                   help="head: train in float32 or under bf16 autocast (auto: bf16 where the CPU has native bf16)")
     d.add_argument("--profile-step", action="store_true",
-                   help="head: time one training step's phases on this host for both losses, then stop")
+                   help="head: time one training step's phases on this host for both losses and precisions, then stop")
     d.add_argument("--resume", action="store_true", help="head: continue from the folder's train_state.pt")
     d.add_argument("--agreement-only", action="store_true", help="head: only measure agreement per depth")
     d.add_argument("--eval-suite", default="bench", help="head: prompt suite for the agreement figures")

@@ -37,6 +37,11 @@ One stock decoder layer with a DynamicCache and 4-D masks does this; no custom
 attention. `agreement` measures the same unrolled passes (no noise) against the
 target's greedy tokens, per depth.
 
+`precision`: the head's forward and loss in float32, or under bf16 autocast
+(fp32 weights, optimiser and softmaxes; matrix products in bf16), which is
+several times cheaper where the CPU has native bf16; `auto` picks bf16 there
+and float32 elsewhere. `--profile-step` times both where both are native.
+
 Resumable (`--resume`: weights, optimiser, step, data RNG), a tqdm bar, seeded.
 """
 from __future__ import annotations
@@ -57,7 +62,7 @@ from .answers import AnswerSettings, describe, pack_windows, target_answers, tas
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
-from .models import cache_root, load_draft_vocab, load_model, load_tokenizer, pick_device
+from .models import cache_root, cpu_supports_bf16, load_draft_vocab, load_model, load_tokenizer, pick_device
 
 
 @dataclass
@@ -84,6 +89,15 @@ class HeadSettings:
     loss: str = "full"  # full | candidates (module docstring)
     candidates: int = 1024  # |C| of the candidates loss
     cand_top: int = 8  # the target's top tokens per position that C always holds
+    precision: str = "float32"  # float32 | bfloat16 (autocast; fp32 master weights) | auto (module docstring)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of a training precision on this host (None: plain float32)."""
+    if precision not in ("float32", "bfloat16", "auto"):
+        raise ValueError(f"unknown head training precision {precision!r}: float32, bfloat16 or auto")
+    native = device.type == "cuda" or cpu_supports_bf16()
+    return torch.bfloat16 if precision == "bfloat16" or (precision == "auto" and native) else None
 
 
 def unrolled_mask(T: int, m: int, dtype: torch.dtype) -> torch.Tensor:
@@ -119,7 +133,7 @@ def unrolled(head: DraftHead, feats: torch.Tensor, ids: torch.Tensor, depths: in
 def head_loss(outs: list[torch.Tensor], feats: torch.Tensor, rows: torch.Tensor, s: HeadSettings):
     """(loss, per-pass top-1 agreement with the target's best token among `rows`); rows [S, H] are the whole
     draft vocabulary or a candidate set (`candidate_rows`)."""
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(feats.device.type, enabled=False):  # the target's side stays fp32
         t_logp = F.log_softmax(feats @ rows.T, dim=-1)  # [b, T, S]
         want = t_logp.argmax(-1)
     total, acc = 0.0, []
@@ -273,6 +287,7 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         raise ValueError(f"unknown head loss {s.loss!r}: full or candidates")
     top = target_top(train_feats, rows, s.cand_top) if s.loss == "candidates" else None  # [N, T, cand_top]
     opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0)
+    amp = autocast_dtype(s.precision, rows.device)
     ckpt = out / "train_state.pt"
     step, elapsed = 0, 0.0
     cur = {"passes": 1 if s.depths > 1 else s.depths, "best": -1.0, "stale": 0, "log": []}  # the curriculum
@@ -285,7 +300,8 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         gen.set_state(state["gen"])
         cur = state.get("curriculum", {**cur, "passes": s.depths})
         print(f"resumed at step {step} ({elapsed / 60:.1f} min), {cur['passes']} pass(es)", flush=True)
-    meta = {**(meta or {}), "settings": asdict(s), "trainable_params": sum(p.numel() for p in params)}
+    meta = {**(meta or {}), "settings": asdict(s), "trainable_params": sum(p.numel() for p in params),
+            "autocast": str(amp).removeprefix("torch.") if amp else None}
     budget = 60 * s.minutes
     bar = tqdm(total=int(budget), unit="s", desc="head training")
     start, last_acc = time.time(), []
@@ -296,7 +312,7 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         pick = torch.randint(0, len(train_ids), (s.batch,), generator=gen)
         x, f = train_ids[pick].to(rows.device), train_feats[pick].to(rows.device).float()
         r = rows if top is None else candidate_rows(rows, top[pick], s, gen)
-        loss, last_acc, _ = train_step(head, params, opt, x, f, r, s, cur["passes"])
+        loss, last_acc, _ = train_step(head, params, opt, x, f, r, s, cur["passes"], amp)
         step += 1
         bar.update(max(0, int(time.time() - start) - bar.n))
         bar.set_postfix(step=step, passes=cur["passes"], loss=f"{loss.item():.3f}",
@@ -315,14 +331,16 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
 
 
 def train_step(head: DraftHead, params: list, opt, x: torch.Tensor, f: torch.Tensor, rows: torch.Tensor,
-               s: HeadSettings, passes: int):
-    """One optimiser step on windows x [b, T] with the target's features f [b, T, H] against rows [S', H]:
-    (loss, per-pass top-1, seconds of (head forward, loss, backward, optimiser))."""
-    t0 = time.perf_counter()
-    outs = unrolled(head, f, x, passes, noise=s.noise)
-    t1 = time.perf_counter()
-    loss, acc = head_loss(outs, f, rows, s)
-    t2 = time.perf_counter()
+               s: HeadSettings, passes: int, amp: torch.dtype | None = None):
+    """One optimiser step on windows x [b, T] with the target's features f [b, T, H] against rows [S', H],
+    under autocast to `amp` if given: (loss, per-pass top-1, seconds of (head forward, loss, backward,
+    optimiser))."""
+    with torch.autocast(f.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+        t0 = time.perf_counter()
+        outs = unrolled(head, f, x, passes, noise=s.noise)
+        t1 = time.perf_counter()
+        loss, acc = head_loss(outs, f, rows, s)
+        t2 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     t3 = time.perf_counter()
@@ -334,7 +352,8 @@ def train_step(head: DraftHead, params: list, opt, x: torch.Tensor, f: torch.Ten
 
 def profile_step(pair: PairConfig, s: HeadSettings, steps: int = 4) -> dict:
     """Wall time of one training step's phases on this host (head forward, loss, backward, optimiser), per
-    loss, at s.depths passes, on s.batch text windows; the step is the same as `fit`'s."""
+    precision (float32, and bf16 autocast where the host has native bf16) and loss, at s.depths passes, on
+    s.batch text windows; the step is the same as `fit`'s."""
     from .drafters.head import load_head
 
     device = pick_device(pair.device)
@@ -349,20 +368,25 @@ def profile_step(pair: PairConfig, s: HeadSettings, steps: int = 4) -> dict:
     head.train()
     params = [p.requires_grad_(True) for n, p in head.named_parameters() if not n.startswith("body.embed_tokens")]
     opt = torch.optim.AdamW(params, lr=1e-6)
-    out = {"host_threads": torch.get_num_threads(), "batch": s.batch, "seq_len": s.seq_len, "passes": s.depths,
-           "draft_vocab": len(rows), "candidates": s.candidates, "per_loss": {}}
+    out = {"host_threads": torch.get_num_threads(), "cpu_bf16": cpu_supports_bf16(), "batch": s.batch,
+           "seq_len": s.seq_len, "passes": s.depths, "draft_vocab": len(rows), "candidates": s.candidates,
+           "per_precision": {}}
     gen = torch.Generator().manual_seed(0)
     top = target_top(feats, rows, s.cand_top)
-    for loss_kind in ("full", "candidates"):
-        phases = {"head forward": [], "loss": [], "backward": [], "optimiser": [], "step": []}
-        for i in range(steps + 1):  # the first is a warm-up
-            r = rows if loss_kind == "full" else candidate_rows(rows, top, s, gen)
-            *_, times = train_step(head, params, opt, ids, feats, r, s, s.depths)
-            if i:
-                for k, dt in zip(phases, (*times, sum(times))):
-                    phases[k].append(dt)
-        med = {k: round(1000 * sorted(v)[len(v) // 2], 1) for k, v in phases.items()}
-        out["per_loss"][loss_kind] = {"median_ms": med, "candidate_rows": len(r)}
+    precisions = ["float32"] + (["bfloat16"] if autocast_dtype("auto", device) else [])  # bf16 only where native
+    for precision in precisions:
+        amp, per_loss = autocast_dtype(precision, device), {}
+        for loss_kind in ("full", "candidates"):
+            phases = {"head forward": [], "loss": [], "backward": [], "optimiser": [], "step": []}
+            for i in range(steps + 1):  # the first is a warm-up
+                r = rows if loss_kind == "full" else candidate_rows(rows, top, s, gen)
+                *_, times = train_step(head, params, opt, ids, feats, r, s, s.depths, amp)
+                if i:
+                    for k, dt in zip(phases, (*times, sum(times))):
+                        phases[k].append(dt)
+            med = {k: round(1000 * sorted(v)[len(v) // 2], 1) for k, v in phases.items()}
+            per_loss[loss_kind] = {"median_ms": med, "candidate_rows": len(r)}
+        out["per_precision"][precision] = per_loss
     return out
 
 
