@@ -7,7 +7,7 @@ tokens of the chain that match. Rules: the context alone (the paper's drafter), 
 only filling in, the longer match leading (context on ties: the shipped rule), the corpus leading on ties.
 Usage (docs/tuning.md):
 
-    .venv/bin/python scripts/corpus_rules.py --tokens 64
+    .venv/bin/python scripts/corpus_rules.py --tokens 64 [--corpus FILE]
 """
 from __future__ import annotations
 
@@ -52,10 +52,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--depth", type=int, default=5)
+    ap.add_argument("--corpus", default=None, help="a corpus file to measure (default: the pair's)")
     args = ap.parse_args()
     pair = load_pair(args.pair)
     loaded = load_pair_models(pair.model_copy(update={"corpus": None}), "float32")
-    tok, corpus = loaded.tokenizer, load_corpus(resolve_path(pair.corpus), len(loaded.tokenizer), 5)
+    tok, corpus = loaded.tokenizer, load_corpus(resolve_path(args.corpus or pair.corpus), len(loaded.tokenizer), 5)
     prompts = load_prompts("bench") + load_prompts("default")
     settings = AnswerSettings(max_new_tokens=args.tokens)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
