@@ -128,7 +128,10 @@ def test_soak_concurrent_sessions(fp32_app_url, engine):
             p = prompts[(i + k) % len(prompts)]
             out = list(c.submit(*submit_args(prompt=p, max_new=12, compare=False), api_name="/generate"))
             got = final_text(out[-1])
-            (done if got == want[p] else errors).append(p if got == want[p] else (p, got, want[p]))
+            if got == want[p]:
+                done.append(p)
+            else:
+                errors.append((p, got, want[p]))
             rss.append(rss_mb())
             k += 1
 

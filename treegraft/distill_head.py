@@ -62,7 +62,7 @@ from .answers import AnswerSettings, describe, pack_windows, target_answers, tas
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
-from .models import cache_root, cpu_supports_bf16, load_draft_vocab, load_model, load_tokenizer, pick_device
+from .models import cache_root, cpu_supports_bf16, load_draft_vocab, load_model, load_tokenizer, pick_device, pick_dtype
 
 
 @dataclass
@@ -93,11 +93,11 @@ class HeadSettings:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of a training precision on this host (None: plain float32)."""
+    """The autocast dtype of a training precision on this host (None: plain float32); `auto` means what the
+    engine's dtype `auto` means here (`pick_dtype`, TREEGRAFT_AUTO_DTYPE included), bf16 or else float32."""
     if precision not in ("float32", "bfloat16", "auto"):
         raise ValueError(f"unknown head training precision {precision!r}: float32, bfloat16 or auto")
-    native = device.type == "cuda" or cpu_supports_bf16()
-    return torch.bfloat16 if precision == "bfloat16" or (precision == "auto" and native) else None
+    return torch.bfloat16 if pick_dtype(precision, device) == torch.bfloat16 else None
 
 
 def unrolled_mask(T: int, m: int, dtype: torch.dtype) -> torch.Tensor:
