@@ -1,5 +1,7 @@
 """The small drafter: matches, back-off, incremental update, cost."""
 
+import math
+
 import pytest
 
 from treegraft.drafters.ngram import BACKOFF, NgramIndex
@@ -74,3 +76,42 @@ def test_draft_step_work_does_not_grow_with_the_context():
         assert any(proposals)
         work[length] = CountingTable.lookups
     assert work[200] <= 8 * 5 and work[20_000] <= 8 * 5
+
+
+def _after_a_mid_step_at_the_root(small_pool: str):
+    """A round whose step 1 was the mid's: its 2 guesses under the root (tokens 90, 91, both wrong), the root a
+    graft site. Then one small step over a context that says 3 follows 1 2."""
+    from types import SimpleNamespace
+
+    from treegraft.config import DraftingConfig
+    from treegraft.drafters.ngram import SmallDrafter
+    from treegraft.tree import MID, SMALL, DraftTree, add_child
+
+    index = NgramIndex(3)
+    index.extend([1, 2, 3, 4, 1, 2])  # the root is the last token, 2
+    tree = DraftTree.new(2, capacity=64)
+    tree.graft_site[0] = True
+    tree.last_added = [add_child(tree, 0, tok, math.log(0.4), MID, 1)[0] for tok in (90, 91)]
+    s = SimpleNamespace(drafting=DraftingConfig(small_pool=small_pool, span_max=0), ngram=index)
+    SmallDrafter().step(s, tree, 2)
+    return {int(tree.token[v]) for v in range(1, tree.n) if tree.parent[v] == 0 and tree.drafter[v] == SMALL}
+
+
+def test_a_mid_step_first_does_not_take_the_root_from_the_ngram_drafter():
+    # shared tree (default): the n-gram drafter still proposes at the mid's graft site, beside the mid's guesses
+    assert _after_a_mid_step_at_the_root("shared") == {3}
+    # the paper's pool N_k: only the mid's children are extended, the copy at the root is never proposed
+    assert _after_a_mid_step_at_the_root("paper") == set()
+
+
+def test_small_sites_are_n_k_plus_unexpanded_graft_sites():
+    from treegraft.tree import MID, SMALL, DraftTree, add_child, small_pool, small_sites
+
+    tree = DraftTree.new(0, capacity=16)
+    a, _ = add_child(tree, 0, 5, math.log(0.5), SMALL, 1)
+    b, _ = add_child(tree, a, 6, math.log(0.5), MID, 2)
+    tree.graft_site[[0, a]] = True
+    tree.small_expanded[0] = True  # step 1 (small) expanded the root
+    tree.last_added = [b]
+    assert small_pool(tree).tolist() == [b]
+    assert small_sites(tree).tolist() == [a, b]  # a: the mid grafted there, the n-gram drafter never expanded it

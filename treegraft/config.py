@@ -41,6 +41,10 @@ class DraftingConfig(_Strict):
         "calibrated", description="p(v) of a node: 'paper' = the last drafter's own probability (a mid refresh "
         "replaces the n-gram drafter's); 'calibrated' = the learned probability that the target accepts it, "
         "from both drafters' own scores (tree.py)")
+    small_pool: Literal["shared", "paper"] = Field(
+        "shared", description="C_k of a small step: 'paper' = N_k, the nodes the previous step added (SPEC 2.1); "
+        "'shared' = N_k plus the mid's graft sites the small drafter has not expanded, so a mid step never "
+        "takes a site from the n-gram drafter (tree.small_sites)")
     mid_levels: int | None = Field(None, ge=1, le=64, description="a mid step scores only pool nodes at most "
                                    "this many unevaluated ancestors deep (the draft head runs one forward per such "
                                    "level); deeper ones wait for a later call. None: every one (SPEC 2.1)")

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from ..profile import profiled
 from ..trace import StepTrace
-from ..tree import SMALL, DraftTree, add_child, path_tokens, recompute_scores, small_pool, top_w
+from ..tree import SMALL, DraftTree, add_child, path_tokens, recompute_scores, small_pool, small_sites, top_w
 
 if TYPE_CHECKING:
     from .corpus import CorpusIndex
@@ -136,7 +136,8 @@ class NgramIndex:
 
 
 class SmallDrafter:
-    """A small step (SPEC 2.1, 2.4): pool = N_k, frontier = its top-W by s(v), each frontier node gets the
+    """A small step (SPEC 2.1, 2.4): pool = N_k (and the mid's graft sites it has not expanded where
+    `small_pool` is "shared", tree.small_sites), frontier = its top-W by s(v), each frontier node gets the
     n-gram index's top-K followers of context + its path, grafted non-destructively; the best of them is
     extended into a copied span where the context holds a long match (`span_max` > 0)."""
 
@@ -145,8 +146,9 @@ class SmallDrafter:
     @profiled("tree")
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
         d = s.drafting
-        pool = small_pool(tree)
+        pool = small_sites(tree) if d.small_pool == "shared" else small_pool(tree)
         frontier = top_w(tree, pool, d.width)
+        tree.small_expanded[frontier] = True
         added, confirmed = [], []
         for f in frontier.tolist():
             tail = path_tokens(tree, f, d.ngram_max)
