@@ -167,3 +167,39 @@ def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_dr
     with cost_curve(engine, {}):
         one = engine.generate(ids[-1:], MethodSpec("all-small"), pair_drafting, gen)  # nothing to calibrate on
         assert not engine.pruner.verify_cost and len(one.new_tokens) == 6
+
+
+def test_a_step_expands_only_what_the_prune_could_keep():
+    """expandable: the pool nodes the prune to B_ver would keep now; their children can make the cut, no other's can."""
+    from treegraft.prune import expandable, keepable, prune
+
+    tree = DraftTree.new(0, capacity=8)
+    a, _ = add_child(tree, 0, 1, math.log(0.9), SMALL, 1)
+    b, _ = add_child(tree, 0, 2, math.log(0.3), SMALL, 1)
+    c, _ = add_child(tree, 0, 3, math.log(0.05), SMALL, 1)
+    a1, _ = add_child(tree, a, 4, math.log(0.8), SMALL, 2)  # s = 0.72 > s(b)
+    pool = np.array([a, b, c, a1])
+    assert expandable(tree, pool, 2).tolist() == [a, a1]
+    assert expandable(tree, pool, 3).tolist() == [a, b, a1]
+    assert expandable(tree, pool, None).tolist() == pool.tolist()  # expand = "all": the paper's pool
+    assert expandable(tree, np.array([0, c]), 1).tolist() == [0]  # the root is always keepable
+    assert keepable(tree, 2).tolist() == [True, True, False, False, True]
+    assert prune(tree, 2).tolist() == [a, a1] and tree.kept[: tree.n].tolist() == keepable(tree, 2).tolist()
+
+
+def test_mid_calls_score_only_keepable_nodes_and_stay_exact(engine, pair_drafting):
+    """On a host whose curve allows B_ver = 3, an all-mid step scores at most the 3 keepable nodes and the root;
+    with expand = "all" it scores the whole pool. Both generate exactly plain greedy's tokens."""
+    ids, gen = engine.encode("List three uses of a paperclip."), GenerationConfig(max_new_tokens=12)
+    ar = engine.generate(ids, MethodSpec("ar"), pair_drafting, gen)
+    pools = {}
+    for expand in ("keepable", "all"):
+        drafting = pair_drafting.model_copy(update={"expand": expand})
+        with cost_curve(engine, {0: 50.0, 1: 52.0, 3: 60.0, 7: 200.0, 15: 400.0, 31: 800.0, 63: 1600.0},
+                        pinned=True):
+            res = engine.generate(ids, MethodSpec("all-mid"), drafting, gen)
+            assert engine.pruner.host_budget(drafting.budget, drafting.verify_cost_cap) == 3
+        assert res.new_tokens == ar.new_tokens
+        pools[expand] = [len(st.pool) for r in res.rounds for st in r.steps]
+    assert max(pools["keepable"]) <= 4
+    assert max(pools["all"]) > 4

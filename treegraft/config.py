@@ -45,6 +45,10 @@ class DraftingConfig(_Strict):
         "shared", description="C_k of a small step: 'paper' = N_k, the nodes the previous step added (SPEC 2.1); "
         "'shared' = N_k plus the mid's graft sites the small drafter has not expanded, so a mid step never "
         "takes a site from the n-gram drafter (tree.small_sites)")
+    expand: Literal["keepable", "all"] = Field(
+        "keepable", description="which pool nodes a draft step expands: 'keepable' = only those the prune to this "
+        "round's B_ver could still keep (their children score no higher, so any other's would be cut; "
+        "prune.expandable); 'all' = the whole pool C_k (SPEC 2.1)")
     mid_levels: int | None = Field(None, ge=1, le=64, description="a mid step scores only pool nodes at most "
                                    "this many unevaluated ancestors deep (the draft head runs one forward per such "
                                    "level); deeper ones wait for a later call. None: every one (SPEC 2.1)")

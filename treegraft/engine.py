@@ -47,6 +47,7 @@ class Session:
     t_target_ms: float = 0.0  # running means: the scheduler's timing inputs
     t_mid_ms: float = 0.0
     verify_growth: float = 0.0  # log T(8) / T(0) measured at load (the pruner's calibration)
+    keep_budget: int | None = None  # this round's B_ver on this host: what a step may expand (prune.expandable)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -153,6 +154,7 @@ class Engine:
         """Grow one tree (D steps), prune to B_ver (and the cost-aware cut), verify once, accept."""
         watch = Stopwatch(self.device)
         tree = self.new_tree(s)                                                  # root = last committed token
+        s.keep_budget = self.keep_budget(s.drafting)                            # what the prune could keep
         steps = s.plan.draft(s, tree)                                           # D steps, one shared tree
         draft_s = watch.lap()
         kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
@@ -180,6 +182,12 @@ class Engine:
         trace.commit_s = trace.wall_s - v.draft_s - v.verify_s
         trace.profile_ms = self.profile.take(trace.wall_s)
         return trace
+
+    def keep_budget(self, d: DraftingConfig) -> int | None:
+        """The B_ver a draft step sizes itself to (`expand` = "keepable"): the host's, or as configured."""
+        if d.expand != "keepable":
+            return None
+        return self.pruner.host_budget(d.budget, d.verify_cost_cap) if d.adaptive_budget else d.budget
 
     def new_tree(self, s: Session) -> DraftTree:
         d = s.drafting

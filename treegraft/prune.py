@@ -206,15 +206,12 @@ def choose(pi: np.ndarray, cost: VerifyCost, row_ms: float = 0.0) -> tuple[np.nd
     return order[:best], float(gain[best])
 
 
-def prune(tree: DraftTree, budget: int) -> np.ndarray:
-    """Keep exactly min(budget, live non-root nodes) nodes, best path score first, closed under ancestors.
-
-    Returns the kept non-root nodes in index order and sets `tree.kept` (the root is always kept).
-    """
+def keepable(tree: DraftTree, budget: int) -> np.ndarray:
+    """[tree.n] bool: the nodes `prune(tree, budget)` would keep now (root included), best path score first,
+    closed under ancestors; the tree is not changed."""
     live = tree.live()[1:]
     target = min(budget, len(live))
-    kept = tree.kept
-    kept[: tree.n] = False
+    kept = np.zeros(tree.n, dtype=bool)
     kept[0] = True
     order = live[np.lexsort((live, tree.depth[live], -tree.score[live]))]
     count = 0
@@ -231,7 +228,27 @@ def prune(tree: DraftTree, budget: int) -> np.ndarray:
         if count + len(chain) <= target:
             kept[chain] = True
             count += len(chain)
-    return np.flatnonzero(kept[: tree.n])[1:]
+    return kept
+
+
+def prune(tree: DraftTree, budget: int) -> np.ndarray:
+    """Keep exactly min(budget, live non-root nodes) nodes, best path score first, closed under ancestors.
+
+    Returns the kept non-root nodes in index order and sets `tree.kept` (the root is always kept).
+    """
+    kept = keepable(tree, budget)
+    tree.kept[: tree.n] = kept
+    return np.flatnonzero(kept)[1:]
+
+
+def expandable(tree: DraftTree, pool: np.ndarray, budget: int | None) -> np.ndarray:
+    """The pool nodes a draft step may expand (`DraftingConfig.expand` = "keepable"): those the prune to `budget`
+    (this round's B_ver on this host) could still keep. A node outside that set has children scoring no higher
+    than itself, so they would be cut before verification: expanding it costs drafting time (a mid forward
+    row each) for nothing. None: the whole pool (the paper's rule)."""
+    if budget is None or len(pool) == 0:
+        return pool
+    return pool[keepable(tree, budget)[pool]]
 
 
 def bucket_of(n: int, sizes: list[int]) -> int:

@@ -41,6 +41,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ..profile import profiled
+from ..prune import expandable
 from ..trace import StepTrace
 from ..tree import SMALL, DraftTree, add_child, path_tokens, recompute_scores, small_pool, small_sites, top_w
 
@@ -146,7 +147,7 @@ class SmallDrafter:
     @profiled("tree")
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
         d = s.drafting
-        pool = small_sites(tree) if d.small_pool == "shared" else small_pool(tree)
+        pool = expandable(tree, small_sites(tree) if d.small_pool == "shared" else small_pool(tree), s.keep_budget)
         frontier = top_w(tree, pool, d.width)
         tree.small_expanded[frontier] = True
         added, confirmed = [], []
