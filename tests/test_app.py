@@ -1,4 +1,5 @@
 """The app end to end: gradio_client streaming, and a real browser (Playwright + Debian chromium)."""
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ def app_url():
 def submit_args(**over):
     args = dict(prompt=PROMPT, pair="default", method="fixed", schedule="1,0,1,0,1", no_eg=False, no_nd=False,
                 paper_scores=False, max_new=24, temperature=0.0, seed=0, depth=5, width=8, budget=8, adaptive=True, compare=True,
-                corpus=True)
+                corpus=True, paper_pools=False)
     args.update(over)
     return list(args.values())
 
@@ -133,3 +134,17 @@ def test_real_browser(app_url, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "app-step.png"), full_page=True)
         ctx.close()
     assert not foreign, f"requests left the app's origin: {foreign[:5]}"
+
+
+def test_paper_pools_box_runs_the_ablation(app_url):
+    """The "Paper's pools" box sets SPEC 2.1's pools for the run (its trace says so); unticked, the pair's own."""
+    from gradio_client import Client
+
+    client = Client(app_url, analytics_enabled=False, verbose=False)
+    for ticked, want in ((True, ("paper", "all")), (False, ("shared", "keepable"))):
+        final = client.predict(*submit_args(method="all-mid", max_new=6, compare=False, paper_pools=ticked),
+                               api_name="/generate")
+        trace = final[8]
+        path = trace if isinstance(trace, str) else (trace.get("path") or trace.get("value") or "")
+        drafting = json.loads(Path(path).read_text())["settings"]["drafting"]
+        assert (drafting["small_pool"], drafting["expand"]) == want

@@ -53,8 +53,8 @@ class DraftTree:
 
         t = cls(token=arr(np.int64), parent=arr(np.int32, -1), depth=arr(np.int16), logp=arr(np.float64),
                 score=arr(np.float64), drafter=arr(np.int8, ROOT_DRAFTER), step=arr(np.int8),
-                confirmed=arr(np.uint8), mid_visited=arr(bool), graft_site=arr(bool), small_expanded=arr(bool), alive=arr(bool),
-                kept=arr(bool), raw=np.full((capacity, 2), np.nan))
+                confirmed=arr(np.uint8), mid_visited=arr(bool), graft_site=arr(bool), small_expanded=arr(bool),
+                alive=arr(bool), kept=arr(bool), raw=np.full((capacity, 2), np.nan))
         t.token[0], t.alive[0] = root_token, True
         return t
 

@@ -54,10 +54,14 @@ class RunRequest:
     adaptive: bool
     compare: bool
     corpus: bool = True  # the n-gram drafter also reads the pair's corpus (drafters/corpus.py)
+    paper_pools: bool = False  # SPEC 2.1's pools: small_pool "paper" and expand "all" (the pair's own otherwise)
 
     @classmethod
     def of(cls, values) -> "RunRequest":
         return cls(*values[: len(fields(cls))])
+
+
+PAPER_POOLS = {"small_pool": "paper", "expand": "all"}  # the "Paper's pools" box (tree.small_sites, prune.expandable)
 
 
 def compare_order(label: str, compare: bool) -> list[str]:
@@ -95,7 +99,8 @@ def prepare(runtime: Runtime, statuses, r: RunRequest, progress):
     try:
         drafting = with_overrides(cfg.drafting, depth=int(r.depth), width=int(r.width), budget=int(r.budget),
                                   schedule=sched, adaptive_budget=bool(r.adaptive),
-                                  scores="paper" if r.paper_scores else "calibrated", corpus=bool(r.corpus))
+                                  scores="paper" if r.paper_scores else "calibrated", corpus=bool(r.corpus),
+                                  **(PAPER_POOLS if r.paper_pools else {}))
         gen = with_overrides(cfg.generation, max_new_tokens=int(r.max_new), temperature=float(r.temperature))
         spec = MethodSpec(r.method, eg=not r.no_eg, nd=not r.no_nd)
         engine = runtime.engine(r.pair, progress)

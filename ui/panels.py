@@ -44,13 +44,14 @@ class Controls:
     adaptive: gr.Checkbox
     compare: gr.Checkbox
     corpus: gr.Checkbox
+    paper_pools: gr.Checkbox
     go_btn: gr.Button
     stop_btn: gr.Button
 
     def inputs(self) -> list:
         return [self.prompt, self.pair, self.method, self.schedule, self.no_eg, self.no_nd, self.paper_scores,
                 self.max_new, self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive,
-                self.compare, self.corpus]
+                self.compare, self.corpus, self.paper_pools]
 
     @classmethod
     def place(cls, examples: list[str], pair_choices, default_pair: str, drafting) -> "Controls":
@@ -77,12 +78,17 @@ class Controls:
             corpus = gr.Checkbox(value=drafting.corpus, elem_id="corpus",
                                  label="The n-gram drafter also reads the target's earlier answers (the pair's "
                                        "corpus, where it has one), not only this prompt and reply")
+            paper_pools = gr.Checkbox(value=drafting.small_pool == "paper" and drafting.expand == "all",
+                                      elem_id="paper-pools",
+                                      label="Paper's pools (ablation): a small step extends only the last step's "
+                                            "nodes, and a step expands its whole pool, not only the nodes the "
+                                            "prune to B_ver could keep")
         compare = gr.Checkbox(value=True, label="Also run AR, All-Small and All-Mid for the counters")
         with gr.Row():
             go_btn = gr.Button("Generate", variant="primary", elem_id="generate")
             stop_btn = gr.Button("Stop", elem_id="stop")
         return cls(prompt, pair, method, schedule, no_eg, no_nd, paper_scores, max_new, temperature, seed, depth,
-                   width, budget, adaptive, compare, corpus, go_btn, stop_btn)
+                   width, budget, adaptive, compare, corpus, paper_pools, go_btn, stop_btn)
 
 
 @dataclass
