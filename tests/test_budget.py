@@ -179,10 +179,15 @@ def test_a_step_expands_only_what_the_prune_could_keep():
     c, _ = add_child(tree, 0, 3, math.log(0.05), SMALL, 1)
     a1, _ = add_child(tree, a, 4, math.log(0.8), SMALL, 2)  # s = 0.72 > s(b)
     pool = np.array([a, b, c, a1])
-    assert expandable(tree, pool, 2).tolist() == [a, a1]
-    assert expandable(tree, pool, 3).tolist() == [a, b, a1]
-    assert expandable(tree, pool, None).tolist() == pool.tolist()  # expand = "all": the paper's pool
-    assert expandable(tree, np.array([0, c]), 1).tolist() == [0]  # the root is always keepable
+
+    def expand(budget, nodes=pool):
+        tree.keep_budget = budget
+        return expandable(tree, nodes).tolist()
+
+    assert expand(2) == [a, a1]
+    assert expand(3) == [a, b, a1]
+    assert expand(None) == pool.tolist()  # expand = "all": the paper's pool
+    assert expand(1, np.array([0, c])) == [0]  # the root is always keepable
     assert keepable(tree, 2).tolist() == [True, True, False, False, True]
     assert prune(tree, 2).tolist() == [a, a1] and tree.kept[: tree.n].tolist() == keepable(tree, 2).tolist()
 

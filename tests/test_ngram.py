@@ -92,7 +92,7 @@ def _after_a_mid_step_at_the_root(small_pool: str):
     tree = DraftTree.new(2, capacity=64)
     tree.graft_site[0] = True
     tree.last_added = [add_child(tree, 0, tok, math.log(0.4), MID, 1)[0] for tok in (90, 91)]
-    s = SimpleNamespace(drafting=DraftingConfig(small_pool=small_pool, span_max=0), ngram=index, keep_budget=None)
+    s = SimpleNamespace(drafting=DraftingConfig(small_pool=small_pool, span_max=0), ngram=index)
     SmallDrafter().step(s, tree, 2)
     return {int(tree.token[v]) for v in range(1, tree.n) if tree.parent[v] == 0 and tree.drafter[v] == SMALL}
 

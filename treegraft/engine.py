@@ -47,7 +47,6 @@ class Session:
     t_target_ms: float = 0.0  # running means: the scheduler's timing inputs
     t_mid_ms: float = 0.0
     verify_growth: float = 0.0  # log T(8) / T(0) measured at load (the pruner's calibration)
-    keep_budget: int | None = None  # this round's B_ver on this host: what a step may expand (prune.expandable)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -154,7 +153,6 @@ class Engine:
         """Grow one tree (D steps), prune to B_ver (and the cost-aware cut), verify once, accept."""
         watch = Stopwatch(self.device)
         tree = self.new_tree(s)                                                  # root = last committed token
-        s.keep_budget = self.keep_budget(s.drafting)                            # what the prune could keep
         steps = s.plan.draft(s, tree)                                           # D steps, one shared tree
         draft_s = watch.lap()
         kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
@@ -195,6 +193,7 @@ class Engine:
         tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (d.top_k + d.span_max))
         if d.scores == "calibrated":
             tree.calibration = self.pruner.acceptance
+        tree.keep_budget = self.keep_budget(d)
         return tree
 
     def learn(self, s: Session, v: Verified) -> None:

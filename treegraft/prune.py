@@ -241,14 +241,14 @@ def prune(tree: DraftTree, budget: int) -> np.ndarray:
     return np.flatnonzero(kept)[1:]
 
 
-def expandable(tree: DraftTree, pool: np.ndarray, budget: int | None) -> np.ndarray:
-    """The pool nodes a draft step may expand (`DraftingConfig.expand` = "keepable"): those the prune to `budget`
-    (this round's B_ver on this host) could still keep. A node outside that set has children scoring no higher
-    than itself, so they would be cut before verification: expanding it costs drafting time (a mid forward
-    row each) for nothing. None: the whole pool (the paper's rule)."""
-    if budget is None or len(pool) == 0:
+def expandable(tree: DraftTree, pool: np.ndarray) -> np.ndarray:
+    """The pool nodes a draft step may expand (`DraftingConfig.expand` = "keepable"): those the prune to
+    `tree.keep_budget` (this round's B_ver on this host) could still keep. A node outside that set has children
+    scoring no higher than itself, so they would be cut before verification: expanding it costs drafting time (a
+    mid forward row each) for nothing. keep_budget None: the whole pool (the paper's rule)."""
+    if tree.keep_budget is None or len(pool) == 0:
         return pool
-    return pool[keepable(tree, budget)[pool]]
+    return pool[keepable(tree, tree.keep_budget)[pool]]
 
 
 def bucket_of(n: int, sizes: list[int]) -> int:

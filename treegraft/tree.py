@@ -42,6 +42,7 @@ class DraftTree:
     kept: np.ndarray  # [cap] bool, survives the prune to B_ver
     raw: np.ndarray = None  # [cap, 2] float64, each drafter's own log p (columns SMALL, MID; NaN: not scored)
     calibration: object = None  # "calibrated" scores: .one(small, mid) / .many(raw [n, 2]) -> log p (None: paper)
+    keep_budget: int | None = None  # this round's B_ver: a step expands only what the prune could keep (None: all)
     n: int = 1
     child_of: dict = field(default_factory=dict)  # (parent, token) -> node, live children only
     last_added: list = field(default_factory=lambda: [0])  # N_k: the nodes the previous step produced

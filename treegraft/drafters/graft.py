@@ -51,7 +51,7 @@ class MidGrafter:
         self.mid, self.eg, self.nd = mid, eg, nd
 
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
-        leaf_depth, n_k, pool, batch = self._pool(tree, s.drafting.mid_levels, s.keep_budget)
+        leaf_depth, n_k, pool, batch = self._pool(tree, s.drafting.mid_levels)
         added, confirmed, removed, frontier = [], [], [], pool[:0]
         if len(batch):
             logq = self.mid.evaluate(tree, s.committed, batch)  # [len(batch), S]
@@ -60,12 +60,12 @@ class MidGrafter:
                          removed=removed, n_k=n_k, reselect_rate=reselection_rate(tree, frontier, leaf_depth))
 
     @profiled("tree")
-    def _pool(self, tree: DraftTree, levels: int | None, keep_budget: int | None):
+    def _pool(self, tree: DraftTree, levels: int | None):
         """(deepest leaf, |N_k|, the pool C_k, the batch = pool + unvisited ancestors). Two bounds on the work of
-        one call: only pool nodes the prune could still keep (`keep_budget`, prune.expandable), and only those
+        one call: only pool nodes the prune could still keep (`tree.keep_budget`, prune.expandable), and only those
         with fewer unevaluated ancestors than `levels` (a draft head runs one forward per level); deeper ones
         wait for a later mid step."""
-        pool = expandable(tree, mid_pool(tree) if self.eg else small_pool(tree), keep_budget)
+        pool = expandable(tree, mid_pool(tree) if self.eg else small_pool(tree))
         if levels is not None and self.eg:
             visited = set(np.flatnonzero(tree.mid_visited[: tree.n]).tolist())
             pool = pool[node_levels(tree, pool, visited) < levels]

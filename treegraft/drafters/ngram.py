@@ -147,7 +147,7 @@ class SmallDrafter:
     @profiled("tree")
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
         d = s.drafting
-        pool = expandable(tree, small_sites(tree) if d.small_pool == "shared" else small_pool(tree), s.keep_budget)
+        pool = expandable(tree, small_sites(tree) if d.small_pool == "shared" else small_pool(tree))
         frontier = top_w(tree, pool, d.width)
         tree.small_expanded[frontier] = True
         added, confirmed = [], []
