@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from treegraft.cpu_kernels import (BUCKETS, KernelTable, choose, measure, packed_ops, packed_threads, packed_unavailable,
-                                  use_cpu_kernels)
+from treegraft.cpu_kernels import (BUCKETS, PREFETCH, KernelTable, choose, measure, packed_ops, packed_threads,
+                                  packed_unavailable, use_cpu_kernels)
 
 FORCED = {p: {b: p for b in BUCKETS} for p in ("stock", "weight_left", "packed")}
 
@@ -83,17 +83,39 @@ def test_the_measured_table_follows_the_clock():
     alternative wins only up to 4 rows, exactly those buckets use it."""
     layer = torch.nn.Linear(16, 16)
 
-    def clock(fn, reps):
-        rows = clock.rows[len(clock.calls) // 2]
-        alt = len(clock.calls) % 2 == 1
-        clock.calls.append(fn)
-        return (1.0 if rows <= 4 else 3.0) if alt else 2.0
+    def clock(fn, rows, candidate):
+        clock.calls.append((rows, candidate))
+        return (1.0 if rows <= 4 else 3.0) if candidate[0] == "weight_left" else 2.0
 
-    clock.calls, clock.rows = [], list(BUCKETS)
-    ms = measure(layer, "body", clock=clock, paths=("stock", "weight_left"))
+    clock.calls = []
+    ms, _ = measure(layer, "body", clock=clock, paths=("stock", "weight_left"))
     assert choose(ms) == {b: "weight_left" if b <= 4 else "stock" for b in BUCKETS}
+    assert len(clock.calls) == len(BUCKETS) * 2 * 6  # every candidate: a warm-up round and 5 timed ones
     assert choose({8: {"stock": 10.0, "weight_left": 9.5}}) == {8: "stock"}  # 5% is within noise: stay stock
     assert choose({8: {"stock": 10.0, "weight_left": 8.0, "packed": 5.0}}) == {8: "packed"}  # the fastest
+
+
+def test_the_packed_paths_prefetch_distance_is_measured_per_bucket():
+    """The packed kernel's lead on the weight stream is chosen per row bucket by the clock (more rows keep the
+    FMAs busier, so the stream needs a longer lead): here the shortest distance wins at 1-2 rows, the longest
+    above; one slow sample of a candidate (a burst of other load) does not decide, the median does."""
+    layer = torch.nn.Linear(16, 16)
+
+    def clock(fn, rows, candidate):
+        path, distance = candidate
+        clock.calls += 1
+        if path != "packed":
+            return 9.0
+        best = PREFETCH[0] if rows <= 2 else PREFETCH[-1]
+        slow = clock.calls % 7 == 0 and distance == best  # now and then the winner is timed under load
+        return (1.0 if distance == best else 2.0) * (10 if slow else 1)
+
+    clock.calls = 0
+    ms, prefetch = measure(layer, "body", clock=clock, paths=("stock", "packed"))
+    assert prefetch == {b: PREFETCH[0] if b <= 2 else PREFETCH[-1] for b in BUCKETS}
+    assert all(ms[b]["packed"] == 1.0 for b in BUCKETS)
+    table = KernelTable(body=choose(ms), prefetch={"body": prefetch})
+    assert table.distance("body", 3) == PREFETCH[-1] and table.distance("body", 100) == PREFETCH[0]
 
 
 def test_loading_measures_a_table_on_this_host():

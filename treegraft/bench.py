@@ -298,7 +298,7 @@ def kernel_paths(engine) -> dict:
         table = getattr(owner, "kernel_table", None)
         for part, ms in (table.ms.items() if table else ()):
             label = name if name == "mid rows" else f"{name} {'layers' if part == 'body' else part}"
-            parts[label] = {"chosen": dict(getattr(table, part)), "ms": ms}
+            parts[label] = {"chosen": dict(getattr(table, part)), "ms": ms, "prefetch": dict(table.prefetch.get(part, {}))}
     return parts
 
 
@@ -310,19 +310,22 @@ def runtime_line(rt: dict | None) -> str:
 
 
 def kernel_table(meta: dict) -> list[str]:
-    """Per part and row bucket: the path chosen at load, its ms and stock F.linear's (the probe layer of that part)."""
+    """Per part and row bucket: the path chosen at load (the packed one with its prefetch distance), its ms per layer
+    and stock F.linear's (the part's largest layer shape)."""
     parts = meta.get("kernels") or {}
     if not parts:
         return []
     buckets = sorted({int(b) for p in parts.values() for b in p["chosen"]})
     lines = ["", "## CPU paths chosen at load", "",
-             "Per part, one probe layer (its largest) timed at every row bucket by `cpu_kernels` when the pair loaded: "
-             "the path chosen, its ms / stock `F.linear`'s ms." + runtime_line(meta.get("runtime")), "",
+             "Per part, its largest layer shape timed at every row bucket by `cpu_kernels` when the pair loaded "
+             "(streaming through the layers of that shape): the path chosen (packed@d: the packed kernel prefetching "
+             "d floats ahead), its ms per layer / stock `F.linear`'s ms." + runtime_line(meta.get("runtime")), "",
              "| part | " + " | ".join(f"{b} rows" for b in buckets) + " |", "|---|" + "---|" * len(buckets)]
     for label, p in parts.items():
-        chosen, ms = ({int(k): v for k, v in d.items()} for d in (p["chosen"], p["ms"]))
+        chosen, ms, pf = ({int(k): v for k, v in d.items()} for d in (p["chosen"], p["ms"], p.get("prefetch", {})))
+        name = {b: f"packed@{pf[b]}" if c == "packed" and b in pf else c for b, c in chosen.items()}
         lines.append(f"| {label} | " + " | ".join(
-            f"{chosen[b]} {ms[b][chosen[b]]:.3f} / {ms[b]['stock']:.3f}" if b in chosen else "-" for b in buckets) + " |")
+            f"{name[b]} {ms[b][chosen[b]]:.3f} / {ms[b]['stock']:.3f}" if b in chosen else "-" for b in buckets) + " |")
     return lines
 
 

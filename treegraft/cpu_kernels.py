@@ -18,10 +18,13 @@ forward of 8 tokens 1.8x one token). Three paths compute the same products:
   runs on one thread, which left half of a 2-core host idle at 8 rows). Where it cannot be
   built the other two remain.
 
-Nothing is assumed: at load, `use_cpu_kernels` times every available path for one
-representative body layer and for the head, at every row bucket (1, 2, 4, ... 64) in
+Nothing is assumed: at load, `use_cpu_kernels` times every available path for the
+body's largest layer shape and for the head, at every row bucket (1, 2, 4, ... 64) in
 the model's dtype, and routes each bucket to the fastest path that beats stock by 10%
-(`KernelTable`). Rows above the last bucket stay stock. Results agree with F.linear to
+(`KernelTable`). The body is timed streaming through every layer of that shape (as a
+forward does: the weights come from memory, not from a cache that one probe layer
+would sit in), and the packed path at each of its prefetch distances (`PREFETCH`;
+the kernel's lead on the weight stream, which more rows need longer), keeping the best. Rows above the last bucket stay stock. Results agree with F.linear to
 float rounding, as any batched forward does. No modeling code is changed; whatever the
 model does after its head still runs. Every method that runs the model uses them, the
 Hugging Face peers and AR included. Pair setting `small_batch_linear` (on by default;
@@ -33,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -40,6 +44,8 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured at load; a batch uses 
 MIN_GAIN = 0.9  # another path must take at most 90% of the stock time to be chosen
 TRANSPOSED_COPY_MAX_BYTES = 512 << 20  # the head's transposed copy (for 1 row), if it is this small
 PATHS = ("stock", "weight_left", "packed")
+PREFETCH = (128, 512, 1024)  # the packed kernel's prefetch distances (floats ahead on the weight stream) measured
+STREAM_BYTES = 64 << 20  # the body's timing streams through at least this many bytes of weights (well past an L3)
 SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
 
 
@@ -50,6 +56,7 @@ class KernelTable:
     body: dict[int, str] = field(default_factory=dict)
     head: dict[int, str] = field(default_factory=dict)
     ms: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # part -> rows -> path -> ms
+    prefetch: dict[str, dict[int, int]] = field(default_factory=dict)  # part -> rows -> the packed path's distance
 
     @staticmethod
     def bucket(rows: int) -> int | None:
@@ -58,6 +65,10 @@ class KernelTable:
     def path(self, part: str, rows: int) -> str:
         b = self.bucket(rows)
         return "stock" if b is None else getattr(self, part).get(b, "stock")
+
+    def distance(self, part: str, rows: int) -> int:
+        """The packed kernel's prefetch distance at this row count (the first of PREFETCH where not measured)."""
+        return self.prefetch.get(part, {}).get(self.bucket(rows), PREFETCH[0])
 
 
 _ops: dict[str, object] = {}
@@ -74,7 +85,7 @@ def packed_ops():
         else:
             from torch.utils.cpp_extension import load
 
-            for name, omp in (("treegraft_packed_gemm_v3", ["-fopenmp"]), ("treegraft_packed_gemm_v3_serial", [])):
+            for name, omp in (("treegraft_packed_gemm_v4", ["-fopenmp"]), ("treegraft_packed_gemm_v4_serial", [])):
                 try:  # a compiler without OpenMP (Apple clang) builds the serial variant
                     _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma", *omp],
                                        extra_ldflags=omp, verbose=False)
@@ -113,17 +124,17 @@ def _transposed(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return (y if layer.bias is None else y + layer.bias).reshape(*x.shape[:-1], -1)
 
 
-def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int) -> torch.Tensor:
-    y = packed_ops().packed_linear(x.reshape(rows, -1), layer.weight_packed)  # [rows, out]
+def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int, prefetch: int) -> torch.Tensor:
+    y = packed_ops().packed_linear(x.reshape(rows, -1), layer.weight_packed, prefetch)  # [rows, out]
     if layer.bias is not None:
         y = y + layer.bias
     return y.reshape(*x.shape[:-1], -1)
 
 
-def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
+def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int = PREFETCH[0]) -> torch.Tensor:
     rows = x.numel() // x.shape[-1]
     if path == "packed" and getattr(layer, "weight_packed", None) is not None:
-        return _packed(layer, x, rows)
+        return _packed(layer, x, rows, prefetch)
     if path == "weight_left":
         if rows == 1 and getattr(layer, "weight_t", None) is not None:
             return _transposed(layer, x)
@@ -131,32 +142,54 @@ def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor
     return F.linear(x, layer.weight, layer.bias)
 
 
+def _routed(layer: torch.nn.Linear, part: str, x: torch.Tensor) -> torch.Tensor:
+    rows = x.numel() // x.shape[-1]
+    return run_path(layer, layer.kernels.path(part, rows), x, layer.kernels.distance(part, rows))
+
+
 def body_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return run_path(self, self.kernels.path("body", x.numel() // x.shape[-1]), x)
+    return _routed(self, "body", x)
 
 
 def head_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return run_path(self, self.kernels.path("head", x.numel() // x.shape[-1]), x)
+    return _routed(self, "head", x)
 
 
-def _best_ms(fn, reps: int) -> float:
-    fn()  # warm
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return 1000 * best
+def _once_ms(fn, rows: int, candidate: tuple[str, int]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return 1000 * (time.perf_counter() - t0)
 
 
 @torch.no_grad()
-def measure(layer: torch.nn.Linear, part: str, reps: int = 3, clock=_best_ms, paths=PATHS) -> dict[int, dict[str, float]]:
-    """{rows: {path: ms}} at every bucket, in the layer's dtype, for the paths the layer can take here."""
-    out = {}
+def measure(layers: torch.nn.Linear | list[torch.nn.Linear], part: str, rounds: int = 5, clock=_once_ms,
+            paths=PATHS) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
+    """({rows: {path: ms per layer}}, {rows: the packed path's best prefetch distance}) at every bucket, in the
+    layers' dtype (one shape), for the paths they can take here. Each timing runs the path over every layer in
+    turn, so that with enough of them the weights stream from memory as in a forward. Per bucket, the candidates
+    (a path, at each of its distances) are timed in `rounds` interleaved rounds after one warm-up round and read
+    by their median, so a burst of other load hits them alike. `clock(fn, rows, (path, distance))`: ms of one
+    call."""
+    layers = layers if isinstance(layers, list) else [layers]
+    probe = layers[0]
+    ms, prefetch = {}, {}
     for rows in BUCKETS:
-        x = torch.randn(1, rows, layer.in_features, dtype=layer.weight.dtype)
-        out[rows] = {p: clock(lambda p=p: run_path(layer, p, x), reps) for p in paths}
-    return out
+        x = torch.randn(1, rows, probe.in_features, dtype=probe.weight.dtype)
+        cands = [(p, d) for p in paths for d in (PREFETCH if p == "packed" else PREFETCH[:1])]
+        times = {c: [] for c in cands}
+        for r in range(rounds + 1):
+            for p, d in cands:
+                t = clock(lambda p=p, d=d: [run_path(m, p, x, d) for m in layers], rows, (p, d)) / len(layers)
+                if r:  # round 0 warms up
+                    times[(p, d)].append(t)
+        ms[rows] = {}
+        for (p, d), ts in times.items():
+            t = float(np.median(ts))
+            if t < ms[rows].get(p, float("inf")):
+                ms[rows][p] = t
+                if p == "packed":
+                    prefetch[rows] = d
+    return ms, prefetch
 
 
 def choose(ms: dict[int, dict[str, float]]) -> dict[int, str]:
@@ -191,10 +224,13 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) ->
             if not layers:
                 continue
             probe = max(layers, key=lambda m: m.weight.numel())
+            same = [m for m in layers if m.weight.shape == probe.weight.shape and m.weight.dtype == probe.weight.dtype]
+            stream = same[:max(1, -(-STREAM_BYTES // (probe.weight.numel() * probe.weight.element_size())))]
             paths = PATHS if can_pack and packable(probe) else PATHS[:2]
             if "packed" in paths:
-                _pack(probe)
-            table.ms[part] = measure(probe, part, paths=paths)
+                for m in stream:
+                    _pack(m)
+            table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths)
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():
         uses_packed = "packed" in getattr(table, part).values() and packed_ops() is not None

@@ -7,6 +7,10 @@
 // With 1-4 rows, one accumulator per row and block would leave the FMA units waiting on each chain's latency,
 // so up to 4 blocks are read side by side (micro_wide): 1.3-1.7x faster at 1-4 rows on a 2-core AVX2 EPYC
 // (a 1536 x 576 layer, idle); 8 rows and more take the unchanged path.
+// The weight streams from memory while the FMAs run: each step prefetches the block `prefetch` floats ahead. With
+// many rows a k step takes longer, so the stream needs a longer lead to stay ahead of the arithmetic: 128 floats
+// left 8 rows ~1.3x slower than 512-1024 on a 2-core Zen 4 EPYC (weights out of cache); cpu_kernels.py measures
+// the distance per row bucket at load.
 // Every output element is the same sequential FMA chain over k whatever M is, so a row's result does
 // not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool; the extension is
 // built with -fopenmp, without which at::parallel_for runs serially here: threads_used() says which it is).
@@ -26,11 +30,11 @@ torch::Tensor pack(torch::Tensor w) {
 }
 
 template <int R>
-static inline void micro(const float* X, int64_t K, const float* P, float* Y, int64_t N) {
+static inline void micro(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
-    _mm_prefetch(reinterpret_cast<const char*>(P + k * NB + 128), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(P + k * NB + pf), _MM_HINT_T0);
     const __m256 w = _mm256_loadu_ps(P + k * NB);
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + r * K + k), acc[r]);
   }
@@ -41,7 +45,7 @@ static inline void micro(const float* X, int64_t K, const float* P, float* Y, in
 // (one row alone is one dependency chain per block). Each output is still the same FMA chain over k. Kept apart
 // from micro: folding micro into this template (B = 1) compiled 5-8 rows ~1.8x slower here, bit-equal results.
 template <int R, int B>
-static inline void micro_wide(const float* X, int64_t K, const float* P, float* Y, int64_t N) {
+static inline void micro_wide(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
   __m256 acc[B][R];
   for (int b = 0; b < B; ++b)
     for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
@@ -49,7 +53,7 @@ static inline void micro_wide(const float* X, int64_t K, const float* P, float* 
   for (int64_t k = 0; k < K; ++k) {
     __m256 w[B];
     for (int b = 0; b < B; ++b) {
-      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + 128), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
       w[b] = _mm256_loadu_ps(P + b * bs + k * NB);
     }
     for (int r = 0; r < R; ++r) {
@@ -62,18 +66,21 @@ static inline void micro_wide(const float* X, int64_t K, const float* P, float* 
 }
 
 template <int R>
-static void few_rows(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1) {
+static void few_rows(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
+                     int64_t pf) {
   constexpr int B = R <= 2 ? 4 : 2;
   int64_t b = b0;
-  for (; b + B <= b1; b += B) micro_wide<R, B>(X, K, P + b * K * NB, Y + b * NB, N);
-  for (; b < b1; ++b) micro<R>(X, K, P + b * K * NB, Y + b * NB, N);
+  for (; b + B <= b1; b += B) micro_wide<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  for (; b < b1; ++b) micro<R>(X, K, P + b * K * NB, Y + b * NB, N, pf);
 }
 
-torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
+torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
   x = x.contiguous();
   const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
   TORCH_CHECK(p.dim() == 3 && p.size(1) == K && p.size(2) == NB, "packed weight [N / 8, K, 8]");
+  TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
+  const int64_t pf = prefetch;
   auto y = torch::empty({M, N}, x.options());
   const float* X = x.data_ptr<float>();
   const float* P = p.data_ptr<float>();
@@ -81,10 +88,10 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
   if (M <= 4) {
     at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
       switch (M) {
-        case 4: few_rows<4>(X, K, P, Y, N, b0, b1); break;
-        case 3: few_rows<3>(X, K, P, Y, N, b0, b1); break;
-        case 2: few_rows<2>(X, K, P, Y, N, b0, b1); break;
-        default: few_rows<1>(X, K, P, Y, N, b0, b1); break;
+        case 4: few_rows<4>(X, K, P, Y, N, b0, b1, pf); break;
+        case 3: few_rows<3>(X, K, P, Y, N, b0, b1, pf); break;
+        case 2: few_rows<2>(X, K, P, Y, N, b0, b1, pf); break;
+        default: few_rows<1>(X, K, P, Y, N, b0, b1, pf); break;
       }
     });
     return y;
@@ -94,17 +101,17 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p) {
       const float* pb = P + b * K * NB;
       float* yb = Y + b * NB;
       int64_t m = 0;
-      for (; m + MB <= M; m += MB) micro<MB>(X + m * K, K, pb, yb + m * N, N);
+      for (; m + MB <= M; m += MB) micro<MB>(X + m * K, K, pb, yb + m * N, N, pf);
       const float* xm = X + m * K;
       float* ym = yb + m * N;
       switch (M - m) {
-        case 7: micro<7>(xm, K, pb, ym, N); break;
-        case 6: micro<6>(xm, K, pb, ym, N); break;
-        case 5: micro<5>(xm, K, pb, ym, N); break;
-        case 4: micro<4>(xm, K, pb, ym, N); break;
-        case 3: micro<3>(xm, K, pb, ym, N); break;
-        case 2: micro<2>(xm, K, pb, ym, N); break;
-        case 1: micro<1>(xm, K, pb, ym, N); break;
+        case 7: micro<7>(xm, K, pb, ym, N, pf); break;
+        case 6: micro<6>(xm, K, pb, ym, N, pf); break;
+        case 5: micro<5>(xm, K, pb, ym, N, pf); break;
+        case 4: micro<4>(xm, K, pb, ym, N, pf); break;
+        case 3: micro<3>(xm, K, pb, ym, N, pf); break;
+        case 2: micro<2>(xm, K, pb, ym, N, pf); break;
+        case 1: micro<1>(xm, K, pb, ym, N, pf); break;
         default: break;
       }
     }
@@ -122,5 +129,6 @@ int64_t threads_used() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("threads_used", &threads_used, "distinct intra-op threads a parallel_for over the blocks runs on");
   m.def("pack", &pack, "W [N, K] -> packed [N / 8, K, 8]");
-  m.def("packed_linear", &packed_linear, "x [M, K] . W^T from the packed W");
+  m.def("packed_linear", &packed_linear, "x [M, K] . W^T from the packed W, prefetching `prefetch` floats ahead",
+        py::arg("x"), py::arg("p"), py::arg("prefetch"));
 }
