@@ -117,3 +117,36 @@ def test_background_load_runs_busy_processes_and_stops_them():
     with background_load(2) as procs:
         assert len(procs) == 2 and all(p.is_alive() for p in procs)
     assert not any(p.is_alive() for p in procs)
+
+
+def test_lead_rows_follow_the_likely_path_while_a_batched_row_is_cheaper_than_its_expected_lone_one():
+    """The verification's lead rows: from the root, the kept child of highest pi, while pi x H(1) > H(m+1) - H(m).
+    Head cost scripted: one row alone 4 ms, each further row in the call 0.5 ms, so nodes with pi > 0.125 join."""
+    from treegraft.tree import SMALL, DraftTree, add_child
+
+    p = Pruner()
+    for rows, ms in ((1, 4.0), (2, 4.5), (4, 5.5), (8, 7.5)):
+        p.head_cost.observe(rows - 1, ms)
+    tree = DraftTree.new(5, capacity=16)
+    a, _ = add_child(tree, 0, 10, np.log(0.9), SMALL, 1)   # pi 0.9
+    b, _ = add_child(tree, 0, 11, np.log(0.05), SMALL, 1)  # a sibling, less likely
+    c, _ = add_child(tree, a, 12, np.log(0.5), SMALL, 2)   # pi 0.45
+    d, _ = add_child(tree, c, 13, np.log(0.2), SMALL, 3)   # pi 0.09: below 0.125, stays lazy
+    nodes = np.array([0, a, b, c, d])
+    assert p.lead_rows(tree, nodes) == [1, 3]  # rows of a and c in root + kept
+    assert p.lead_rows(tree, np.array([0, b])) == []  # pi 0.05: not worth a row
+    assert Pruner().lead_rows(tree, nodes) == []  # no head cost measured (an eager target): no lead
+
+
+def test_a_lazy_targets_calibration_times_the_head_by_rows():
+    class LazyHost(ScriptedHost):
+        lazy = True
+
+        def head_ms(self, rows, clock):
+            t0 = clock()
+            self.now += (4.0 + 0.5 * (rows - 1)) / 1000
+            return 1000 * (clock() - t0)
+
+    p = calibrated(LazyHost())
+    assert p.head_cost.ms == pytest.approx({0: 4.0, 1: 4.5, 3: 5.5, 7: 7.5})
+    assert not calibrated(ScriptedHost()).head_cost  # an eager target: nothing to time

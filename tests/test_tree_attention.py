@@ -83,6 +83,35 @@ def test_lazy_acceptance_reads_only_the_rows_it_walks(fp32_pair, prefix):
     assert results[True] == results[False]
 
 
+def test_lead_rows_come_with_the_forward_and_equal_rows_read_alone(fp32_pair, prefix):
+    """A lazy verification that names its likely path computes those rows with the root's in one head call;
+    the acceptance then computes only rows off that path; every row equals the one computed alone, bit for bit
+    on this host's head path, and the walk is the eager one's."""
+    from treegraft.accept import accept
+
+    target = TargetModel(fp32_pair.target, lazy=True)
+    target.start(prefix)
+    greedy = [int(plain_logits(fp32_pair.target, prefix).argmax())]
+    greedy.append(int(plain_logits(fp32_pair.target, prefix + greedy).argmax()))
+    tree = random_tree(prefix[-1], 20, 2000, seed=4)
+    u, _ = add_child(tree, 0, greedy[0], -0.1, SMALL, 1)
+    w, _ = add_child(tree, u, greedy[1], -0.1, SMALL, 2)
+    nodes = np.arange(tree.n)
+    tree.kept[:tree.n] = True
+    logits = target.verify(tree, nodes, lead=[u, w, 3, 3])
+    assert sorted(logits.computed) == sorted({0, u, w, 3}) and logits.extra_rows == 0
+    head = fp32_pair.target.get_output_embeddings()
+    for r in (0, u, w, 3):
+        assert torch.equal(logits.computed[r], head(target.features[r:r + 1])[0]), r
+    acc = accept(tree, nodes, logits, GenerationConfig(max_new_tokens=4), None)
+    assert acc.path[:3] == [0, u, w]
+    assert logits.extra_rows == len(set(acc.rows) - {0, u, w, 3})  # only the bonus row after w, if any
+    eager = TargetModel(fp32_pair.target, lazy=False)
+    eager.start(prefix)
+    ref = accept(tree, nodes, eager.verify(tree, nodes), GenerationConfig(max_new_tokens=4), None)
+    assert (acc.path, acc.bonus) == (ref.path, ref.bonus)
+
+
 def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(lm_pair, prefix):
     """Second evaluation reuses the cached slots of the first (ancestors already evaluated). (The LM mid;
     the draft head's equivalent is tests/test_head.py and the head test below.)"""

@@ -158,8 +158,9 @@ class Engine:
         kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
                                   s.drafting.verify_cost_cap)
         nodes = np.concatenate([[0], kept])                                     # root + kept, index order
+        lead = self.pruner.lead_rows(tree, nodes) if self.target.lazy else None  # the likely path's rows
         prune_s = watch.lap()
-        logits = self.target.verify(tree, nodes)                                # one tree-masked forward
+        logits = self.target.verify(tree, nodes, lead)                          # one tree-masked forward
         forward_s = watch.lap()
         acc = accept(tree, nodes, logits, s.gen, s.generator)                   # greedy walk or sampling
         accept_s = watch.lap()

@@ -30,6 +30,13 @@ are unchanged (acceptance is lossless for any tree, including none).
 - T(n): running means of the measured verification time per node count
   (`VerifyCost`), seeded by one probe of a few sizes before the first generation's
   clock starts (`Pruner.calibrate`).
+
+The lead rows. Where the target computes logits lazily (target.py), acceptance reads
+the root's row and then one row per accepted node, each a head call of its own. The
+verification instead computes the likely path's rows with the root's in one call
+(`Pruner.lead_rows`): from the root, the kept child of highest pi(v), while pi(v) x
+H(1) (its row alone, if it is read) exceeds H(m + 1) - H(m) (one more row in the
+batched call); H is the head's cost by rows, timed by the calibration beside T(n).
 """
 from __future__ import annotations
 
@@ -186,6 +193,9 @@ class VerifyCost:
         return np.interp(n, list(curve), list(curve.values()))
 
 
+HEAD_ROWS = (1, 2, 4, 8)  # head call sizes the calibration times (root + lead rows)
+
+
 def probe_sizes(budget: int) -> list[int]:
     """The node counts the calibration measures: 0, 1, 3, 7, 15, ... (1, 2, 4, 8, 16, ... tokens with the root,
     the row buckets of treegraft/cpu_kernels.py) below B_ver, and B_ver."""
@@ -265,6 +275,7 @@ class Pruner:
     def __init__(self):
         self.acceptance = AcceptanceModel()  # learned across generations
         self.verify_cost = VerifyCost()
+        self.head_cost = VerifyCost()  # H: the output head's ms by rows - 1 (lazy targets; calibrated once)
         self.row_ms = 0.0  # the head over one more row (a lazily computed accepted row): running mean
         self.host_b: int | None = None  # B_ver on this host, once measured
         self.threads: int | None = None  # the torch thread count the calibration chose
@@ -286,6 +297,29 @@ class Pruner:
         tree.kept[kept] = False
         tree.kept[chosen] = True
         return chosen
+
+    @profiled("prune")
+    def lead_rows(self, tree: DraftTree, nodes: np.ndarray) -> list[int]:
+        """Rows (positions in root + kept `nodes`, index order) of the likely accepted path that a lazy verification
+        computes with the root's row (module docstring); [] before the head's cost is measured."""
+        if not self.head_cost or len(nodes) < 2:
+            return []
+        kept = nodes[1:]
+        pi = dict(zip(kept.tolist(), self.acceptance.path_acceptance(tree, kept).tolist()))
+        children: dict[int, list[int]] = {}
+        for v in kept.tolist():
+            children.setdefault(int(tree.parent[v]), []).append(v)
+        row_of = {int(v): i for i, v in enumerate(nodes.tolist())}
+        alone = self.head_cost.ms[0]
+        lead, u = [], 0
+        while children.get(u):
+            v = max(children[u], key=pi.__getitem__)
+            more, now = self.head_cost(np.array([len(lead) + 1, len(lead)]))
+            if pi[v] * alone <= more - now:
+                break
+            lead.append(row_of[v])
+            u = v
+        return lead
 
     def host_budget(self, budget: int, cap: float | None) -> int:
         """B_ver on this host: the configured one, shrunk to what T(n) <= cap x T(0) allows (cap None: as set)."""
@@ -357,4 +391,9 @@ class Pruner:
         for n, ts in timings[best].items():
             for ms in ts:
                 self.verify_cost.observe(n, ms)
+        if getattr(target, "lazy", False):  # H(rows): the head's batched calls (the root + lead rows)
+            for i, rows in enumerate([HEAD_ROWS[-1]] + list(HEAD_ROWS) * passes):  # the first one warms up
+                ms = target.head_ms(rows, clock)
+                if i:
+                    self.head_cost.observe(rows - 1, ms)
         self.update_host_budget(budget, cap)

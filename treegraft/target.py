@@ -12,6 +12,12 @@ layer stack does for the few rows of a tree, so a lazy verification computes the
 root's row in the forward and every further row when acceptance reaches it
 (`TreeLogits.row`): the same per-row products, so greedy output is unchanged. On a
 GPU the head over all rows is as cheap as over one, and one batched call is kept.
+
+A lazy verification may also name its likely path (`lead`: rows the acceptance will
+probably read, in the order it would): the forward computes them with the root's row
+in one batched head call, which on a CPU costs a fraction of a row computed alone
+(the head's weights are read once for all of them; `Pruner.lead_rows` decides by the
+measured head cost). Any other row is still computed when first read.
 """
 from __future__ import annotations
 
@@ -29,20 +35,23 @@ class TreeLogits:
     """The target's logits at the rows of one forward: all computed (eager), or the first row and then each row
     when it is first read (lazy)."""
 
-    def __init__(self, features: torch.Tensor, head, lazy: bool):
+    def __init__(self, features: torch.Tensor, head, lazy: bool, lead: list[int] | None = None):
         self.features, self.head = features, head  # [n, H]; features -> logits
         self.computed: dict[int, torch.Tensor] = {}  # row -> [vocab]
         self.all = None if lazy else head(features)  # [n, vocab]
+        self.first = 0  # rows computed in the forward (lazy)
         if lazy:
-            self.computed[0] = head(features[:1])[0]
+            rows = [0] + [r for r in dict.fromkeys(lead or []) if 0 < r < len(features)]
+            self.computed = dict(zip(rows, head(features[rows])))  # one call: root + the likely path
+            self.first = len(rows)
 
     def __len__(self) -> int:
         return self.features.shape[0]
 
     @property
     def extra_rows(self) -> int:
-        """Rows computed after the forward (lazy: one per accepted token read)."""
-        return max(len(self.computed) - 1, 0)
+        """Rows computed after the forward (lazy: one per accepted token read off the lead)."""
+        return max(len(self.computed) - self.first, 0)
 
     def row(self, i: int) -> torch.Tensor:
         """[vocab] logits at row i (-1: the last row)."""
@@ -78,13 +87,13 @@ class TargetModel:
         self.cached = 0
 
     @profiled("target_forward")
-    def forward(self, ids: torch.Tensor, **kw) -> TreeLogits:
-        """[1, n] ids -> the logits at its n rows."""
+    def forward(self, ids: torch.Tensor, lead: list[int] | None = None, **kw) -> TreeLogits:
+        """[1, n] ids -> the logits at its n rows (lazy: the root's and `lead`'s computed now)."""
         if not self.head_only:
             return TreeLogits(self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0],
                               lambda x: x, lazy=False)
         self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state[0]
-        return TreeLogits(self.features, self.model.get_output_embeddings(), self.lazy)
+        return TreeLogits(self.features, self.model.get_output_embeddings(), self.lazy, lead)
 
     @torch.no_grad()
     def start(self, committed: list[int]) -> None:
@@ -107,10 +116,19 @@ class TargetModel:
         return logits.row(-1)
 
     @torch.no_grad()
-    def verify(self, tree: DraftTree, nodes: np.ndarray) -> TreeLogits:
-        """One forward over root + kept nodes (index order): the target's logits at each node."""
+    def verify(self, tree: DraftTree, nodes: np.ndarray, lead: list[int] | None = None) -> TreeLogits:
+        """One forward over root + kept nodes (index order): the target's logits at each node. `lead`: rows
+        (positions in `nodes`) whose logits a lazy forward computes with the root's."""
         ids, mask, positions = self._layout(tree, nodes)
-        return self.forward(ids, attention_mask=mask, position_ids=positions)
+        return self.forward(ids, lead, attention_mask=mask, position_ids=positions)
+
+    @torch.no_grad()
+    def head_ms(self, rows: int, clock) -> float:
+        """ms of the output head over `rows` rows of the last forward's features (a lazy forward's batched call)."""
+        x = self.features[:1].expand(rows, -1).contiguous()
+        t0 = clock()
+        self.model.get_output_embeddings()(x)
+        return 1000 * (clock() - t0)
 
     @profiled("mask")
     def _layout(self, tree: DraftTree, nodes: np.ndarray):
