@@ -139,9 +139,9 @@ def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_dr
     ids, gen = engine.encode("Count from one to twenty."), GenerationConfig(max_new_tokens=6)
     events, verify, start = [], engine.target.verify, engine.start
 
-    def recording_verify(tree, nodes):
+    def recording_verify(tree, nodes, lead=None):
         events.append(("verify", len(nodes) - 1))
-        return verify(tree, nodes)
+        return verify(tree, nodes, lead)
 
     def recording_start(*args, **kwargs):
         events.append(("start", None))
