@@ -136,6 +136,10 @@ def test_lead_rows_follow_the_likely_path_while_a_batched_row_is_cheaper_than_it
     assert p.lead_rows(tree, nodes) == [1, 3]  # rows of a and c in root + kept
     assert p.lead_rows(tree, np.array([0, b])) == []  # pi 0.05: not worth a row
     assert Pruner().lead_rows(tree, nodes) == []  # no head cost measured (an eager target): no lead
+    assert p.token_row_ms() == pytest.approx(0.5)  # the cut counts an accepted token's row at the batched cost
+    lone = Pruner()
+    lone.row_ms = 4.2
+    assert lone.token_row_ms() == 4.2  # without the head's curve: a lazily computed row
 
 
 def test_a_lazy_targets_calibration_times_the_head_by_rows():

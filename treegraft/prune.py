@@ -37,6 +37,7 @@ verification instead computes the likely path's rows with the root's in one call
 (`Pruner.lead_rows`): from the root, the kept child of highest pi(v), while pi(v) x
 H(1) (its row alone, if it is read) exceeds H(m + 1) - H(m) (one more row in the
 batched call); H is the head's cost by rows, timed by the calibration beside T(n).
+The cut then counts an accepted token's row at that batched cost (`token_row_ms`).
 """
 from __future__ import annotations
 
@@ -287,7 +288,7 @@ class Pruner:
         if not adaptive or not self.verify_cost:
             return prune(tree, budget)
         kept = prune(tree, self.host_budget(budget, cap))
-        order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost, self.row_ms)
+        order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost, self.token_row_ms())
         if len(order) == 0 and self.idle >= EXPLORE_AFTER - 1:
             # Exploration: T(n) and the acceptance model learn only from what is verified, so one noisy
             # calibration (T(1) measured far above T(0)) could make the cut verify nothing ever again.
@@ -297,6 +298,14 @@ class Pruner:
         tree.kept[kept] = False
         tree.kept[chosen] = True
         return chosen
+
+    def token_row_ms(self) -> float:
+        """What an accepted token adds to a round for its logits row (the cut's row_ms): one more row of the lead's
+        batched head call, (H(4) - H(1)) / 3, where the head's cost is measured; else a lazily computed row's mean."""
+        if self.head_cost:
+            one, four = self.head_cost(np.array([0, 3]))
+            return float(four - one) / 3
+        return self.row_ms
 
     @profiled("prune")
     def lead_rows(self, tree: DraftTree, nodes: np.ndarray) -> list[int]:
