@@ -144,7 +144,7 @@ def test_lead_rows_follow_the_likely_path_while_a_batched_row_is_cheaper_than_it
 
 def test_a_lazy_targets_calibration_times_the_head_by_rows():
     class LazyHost(ScriptedHost):
-        lazy = True
+        lead_rows = True
 
         def head_ms(self, rows, clock):
             t0 = clock()

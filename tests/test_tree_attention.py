@@ -110,6 +110,8 @@ def test_lead_rows_come_with_the_forward_and_equal_rows_read_alone(fp32_pair, pr
     eager.start(prefix)
     ref = accept(tree, nodes, eager.verify(tree, nodes), GenerationConfig(max_new_tokens=4), None)
     assert (acc.path, acc.bonus) == (ref.path, ref.bonus)
+    assert not TargetModel(fp32_pair.target, lazy=True, lead_rows=False).lead_rows  # the pair's switch (ablation)
+    assert not TargetModel(fp32_pair.target, lazy=False).lead_rows  # an eager head has every row anyway
 
 
 def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(lm_pair, prefix):

@@ -100,7 +100,8 @@ class Engine:
         self.tokenizer = pair.tokenizer
         self.mid = make_mid_drafter(pair)
         lazy = pair.config.lazy_logits == "on" or (pair.config.lazy_logits == "auto" and pair.device.type == "cpu")
-        self.target = TargetModel(pair.target, keep_features=self.mid.needs_target_features, lazy=lazy)
+        self.target = TargetModel(pair.target, keep_features=self.mid.needs_target_features, lazy=lazy,
+                                  lead_rows=pair.config.lead_rows)
         self.device = self.target.device
         gc_eos = pair.target.generation_config.eos_token_id
         eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos] if gc_eos is not None else [])
@@ -158,7 +159,7 @@ class Engine:
         kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
                                   s.drafting.verify_cost_cap)
         nodes = np.concatenate([[0], kept])                                     # root + kept, index order
-        lead = self.pruner.lead_rows(tree, nodes) if self.target.lazy else None  # the likely path's rows
+        lead = self.pruner.lead_rows(tree, nodes) if self.target.lead_rows else None  # the likely path's rows
         prune_s = watch.lap()
         logits = self.target.verify(tree, nodes, lead)                          # one tree-masked forward
         forward_s = watch.lap()

@@ -372,7 +372,9 @@ class Pruner:
         `threads`: candidate torch thread counts, probed in the same interleaved passes; the count whose median
         times summed over the sizes is lowest is kept for the whole process (`torch.set_num_threads`; on a
         host shared with a busy process, one thread can beat two by 1.5-2x) and its timings seed T(n).
-        Runs before a generation's clock starts, like model loading. `clock`: seconds (a test scripts it)."""
+        A target that computes lead rows has its head timed too, over HEAD_ROWS rows in the same way (H, for
+        `lead_rows`). Runs before a generation's clock starts, like model loading. `clock`: seconds (a test
+        scripts it)."""
         if self.verify_cost or len(prompt_ids) < 2:
             return
         clock = clock or (lambda: timed(target.device))
@@ -400,7 +402,7 @@ class Pruner:
         for n, ts in timings[best].items():
             for ms in ts:
                 self.verify_cost.observe(n, ms)
-        if getattr(target, "lazy", False):  # H(rows): the head's batched calls (the root + lead rows)
+        if getattr(target, "lead_rows", False):  # H(rows): the head's batched calls (the root + lead rows)
             for i, rows in enumerate([HEAD_ROWS[-1]] + list(HEAD_ROWS) * passes):  # the first one warms up
                 ms = target.head_ms(rows, clock)
                 if i:

@@ -73,13 +73,14 @@ class TargetModel:
     or lazily (`lazy`: see the module's docstring). A model whose config post-processes its logits (soft-capping,
     scaling) runs its stock forward instead, every row eager (`keep_features` is then not available)."""
 
-    def __init__(self, model, keep_features: bool = False, lazy: bool = False):
+    def __init__(self, model, keep_features: bool = False, lazy: bool = False, lead_rows: bool = True):
         self.model = model
         self.keep_features = keep_features
         self.head_only = not any(getattr(model.config, a, None) for a in LOGIT_POSTPROCESSING)
         if keep_features and not self.head_only:
             raise ValueError(f"{type(model).__name__} post-processes its logits: a draft head cannot read its features")
         self.lazy = lazy and self.head_only
+        self.lead_rows = self.lazy and lead_rows  # a verification may name rows to compute with the root's
         self.device = model.get_input_embeddings().weight.device
         self.dtype = next(model.parameters()).dtype
         self.features: torch.Tensor | None = None  # [n, H] of the last forward
