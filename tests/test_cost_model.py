@@ -135,6 +135,15 @@ def test_lead_rows_follow_the_likely_path_while_a_batched_row_is_cheaper_than_it
     nodes = np.array([0, a, b, c, d])
     assert p.lead_rows(tree, nodes) == [1, 3]  # rows of a and c in root + kept
     assert p.lead_rows(tree, np.array([0, b])) == []  # pi 0.05: not worth a row
+    chain = DraftTree.new(5, capacity=16)
+    for depth in range(1, 13):  # a long copied span: pi 0.97^depth, past the 8 rows the calibration timed
+        add_child(chain, depth - 1, 20 + depth, np.log(0.97), SMALL, 1)
+    # past 8 rows each row costs the last timed segment's 0.5 ms: every node with pi x 4 > 0.5 joins
+    assert p.lead_rows(chain, np.arange(13)) == list(range(1, 13))
+    for rows, ms in ((4, 5.5), (8, 25.5)):  # a head whose batched calls grow steeply past 4 rows (5 ms a row)
+        for _ in range(9):
+            p.head_cost.observe(rows - 1, ms)
+    assert p.lead_rows(chain, np.arange(13)) == [1, 2, 3]  # the 4th row (+5 ms) costs more than 0.97^4 x 4
     assert Pruner().lead_rows(tree, nodes) == []  # no head cost measured (an eager target): no lead
     assert p.token_row_ms() == pytest.approx(0.5)  # the cut counts an accepted token's row at the batched cost
     lone = Pruner()

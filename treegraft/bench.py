@@ -298,7 +298,8 @@ def kernel_paths(engine) -> dict:
         table = getattr(owner, "kernel_table", None)
         for part, ms in (table.ms.items() if table else ()):
             label = name if name == "mid rows" else f"{name} {'layers' if part == 'body' else part}"
-            parts[label] = {"chosen": dict(getattr(table, part)), "ms": ms, "prefetch": dict(table.prefetch.get(part, {}))}
+            parts[label] = {"chosen": dict(getattr(table, part)), "ms": ms,
+                            "prefetch": dict(table.prefetch.get(part, {}))}
     return parts
 
 

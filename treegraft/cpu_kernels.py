@@ -24,10 +24,12 @@ the model's dtype, and routes each bucket to the fastest path that beats stock b
 (`KernelTable`). The body is timed streaming through every layer of that shape (as a
 forward does: the weights come from memory, not from a cache that one probe layer
 would sit in), and the packed path at each of its prefetch distances (`PREFETCH`;
-the kernel's lead on the weight stream, which more rows need longer), keeping the best. Rows above the last bucket stay stock. Results agree with F.linear to
-float rounding, as any batched forward does. No modeling code is changed; whatever the
-model does after its head still runs. Every method that runs the model uses them, the
-Hugging Face peers and AR included. Pair setting `small_batch_linear` (on by default;
+the kernel's lead on the weight stream, which more rows need longer), keeping the
+best; candidates are timed in interleaved rounds and read by their median. Rows
+above the last bucket stay stock. Results agree with F.linear to float rounding, as
+any batched forward does. No modeling code is changed; whatever the model does after
+its head still runs. Every method that runs the model uses them, the Hugging Face
+peers and AR included. Pair setting `small_batch_linear` (on by default;
 CPU only).
 """
 from __future__ import annotations

@@ -319,11 +319,15 @@ class Pruner:
         for v in kept.tolist():
             children.setdefault(int(tree.parent[v]), []).append(v)
         row_of = {int(v): i for i, v in enumerate(nodes.tolist())}
-        alone = self.head_cost.ms[0]
+        curve = self.head_cost.ms
+        keys = sorted(curve)
+        last = (curve[keys[-1]] - curve[keys[-2]]) / (keys[-1] - keys[-2])  # per row past the largest call timed
+        alone = curve[0]
         lead, u = [], 0
         while children.get(u):
             v = max(children[u], key=pi.__getitem__)
-            more, now = self.head_cost(np.array([len(lead) + 1, len(lead)]))
+            m = len(lead) + 1  # rows - 1 of the call with v in it
+            more, now = self.head_cost(np.array([m, m - 1])) if m <= keys[-1] else (last, 0.0)
             if pi[v] * alone <= more - now:
                 break
             lead.append(row_of[v])
