@@ -3,10 +3,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from treegraft.cpu_kernels import (BUCKETS, PREFETCH, KernelTable, choose, measure, packed_ops, packed_threads,
-                                  packed_unavailable, use_cpu_kernels)
+from treegraft.cpu_kernels import (BUCKETS, PREFETCH, KernelTable, choose, measure, packed16_ops, packed_ops,
+                                  packed_threads, packed_unavailable, use_cpu_kernels)
 
-FORCED = {p: {b: p for b in BUCKETS} for p in ("stock", "weight_left", "packed")}
+FORCED = {p: {b: p for b in BUCKETS} for p in ("stock", "weight_left", "packed", "packed16")}
 
 
 def inputs(features: int):
@@ -25,10 +25,12 @@ class WithHead(torch.nn.Module):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("forced", ["weight_left", "packed", "stock"])
+@pytest.mark.parametrize("forced", ["weight_left", "packed", "packed16", "stock"])
 def test_every_path_matches_stock_at_every_row_count(bias, forced):
     if forced == "packed" and packed_ops() is None:
         pytest.skip(f"packed kernel not available here: {packed_unavailable()}")
+    if forced == "packed16" and packed16_ops() is None:
+        pytest.skip("the AVX-512 packed kernel needs a CPU with AVX-512")
     torch.manual_seed(0)
     model = WithHead(bias)
     xs = inputs(32)
@@ -46,6 +48,7 @@ def test_every_path_matches_stock_at_every_row_count(bias, forced):
         assert head.shape == head_ref[rows].shape and torch.allclose(head, head_ref[rows], atol=1e-5)
     assert (model.lm_head.weight_t is not None) == (forced == "weight_left")  # the 1-row copy only when used
     assert (model.body.weight_packed is not None) == (forced == "packed")  # the packed copy only when used
+    assert (getattr(model.body, "weight_packed16", None) is not None) == (forced == "packed16")
 
 
 def test_a_packed_row_does_not_depend_on_its_batch():
@@ -62,6 +65,21 @@ def test_a_packed_row_does_not_depend_on_its_batch():
     for rows in (2, 3, 4, 5, 8, 13, 40):
         assert torch.equal(layer(x[:rows]), alone[:rows])
     assert torch.allclose(alone, x @ layer.weight.T, atol=1e-5)
+
+
+def test_the_avx512_kernel_is_bit_equal_to_the_avx2_one_at_every_row_count():
+    """Both packed kernels compute each output as the same FMA chain over k, so a table that routes 1 row to one
+    and 16 rows to the other still gives a tree row equal to the one-token forward's, bit for bit."""
+    if packed16_ops() is None:
+        pytest.skip("the AVX-512 packed kernel needs a CPU with AVX-512")
+    torch.manual_seed(2)
+    layer = torch.nn.Linear(576, 208, bias=False)  # 13 blocks of 16: a remainder for each thread's share
+    x = torch.randn(40, 576)
+    use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed"])))
+    alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])  # the AVX2 kernel, one row at a time
+    use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed16"])))
+    for rows in (1, 2, 5, 8, 13, 16, 17, 33, 40):
+        assert torch.equal(layer(x[:rows]), alone[:rows]), rows
 
 
 def test_the_packed_kernel_runs_on_torchs_threads():

@@ -45,10 +45,12 @@ import torch.nn.functional as F
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured at load; a batch uses the smallest bucket >= its rows
 MIN_GAIN = 0.9  # another path must take at most 90% of the stock time to be chosen
 TRANSPOSED_COPY_MAX_BYTES = 512 << 20  # the head's transposed copy (for 1 row), if it is this small
-PATHS = ("stock", "weight_left", "packed")
+PATHS = ("stock", "weight_left", "packed", "packed16")
+PACKED = ("packed", "packed16")  # the packed kernels' paths (they take a prefetch distance)
 PREFETCH = (128, 512, 1024)  # the packed kernel's prefetch distances (floats ahead on the weight stream) measured
 STREAM_BYTES = 64 << 20  # the body's timing streams through at least this many bytes of weights (well past an L3)
 SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
+SOURCE16 = Path(__file__).parent / "kernels" / "packed16_gemm.cpp"
 
 
 @dataclass
@@ -99,6 +101,24 @@ def packed_ops():
     return _ops["ops"]
 
 
+def packed16_ops():
+    """The AVX-512 packed kernel's module (kernels/packed16_gemm.cpp: blocks of 16 output rows, up to 16 rows of x a
+    pass, bit-equal to the AVX2 kernel), or None where the CPU lacks AVX-512 or the build fails."""
+    if "ops16" not in _ops:
+        _ops["ops16"] = None
+        if torch.backends.cpu.get_cpu_capability() == "AVX512" and packed_ops() is not None:
+            from torch.utils.cpp_extension import load
+
+            omp = ["-fopenmp"] if "serial" not in getattr(_ops["ops"], "__name__", "") else []
+            try:
+                _ops["ops16"] = load("treegraft_packed16_gemm_v1" + ("" if omp else "_serial"), [str(SOURCE16)],
+                                     extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp,
+                                     verbose=False)
+            except Exception:  # the AVX2 kernel and the stock paths remain
+                _ops["ops16"] = None
+    return _ops["ops16"]
+
+
 def packed_threads() -> int:
     """How many of torch's intra-op threads the packed kernel runs on here (0 where it is not built)."""
     ops = packed_ops()
@@ -110,8 +130,8 @@ def packed_unavailable() -> str:
     return _ops["why"]
 
 
-def packable(layer: torch.nn.Linear) -> bool:
-    return layer.weight.dtype == torch.float32 and layer.out_features % 8 == 0
+def packable(layer: torch.nn.Linear, block: int = 8) -> bool:
+    return layer.weight.dtype == torch.float32 and layer.out_features % block == 0
 
 
 def _weight_left(layer: torch.nn.Linear, x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -137,6 +157,10 @@ def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int =
     rows = x.numel() // x.shape[-1]
     if path == "packed" and getattr(layer, "weight_packed", None) is not None:
         return _packed(layer, x, rows, prefetch)
+    if path == "packed16" and getattr(layer, "weight_packed16", None) is not None:
+        y = packed16_ops().packed_linear(x.reshape(rows, -1), layer.weight_packed16, prefetch)  # [rows, out]
+        y = y if layer.bias is None else y + layer.bias
+        return y.reshape(*x.shape[:-1], -1)
     if path == "weight_left":
         if rows == 1 and getattr(layer, "weight_t", None) is not None:
             return _transposed(layer, x)
@@ -177,20 +201,19 @@ def measure(layers: torch.nn.Linear | list[torch.nn.Linear], part: str, rounds: 
     ms, prefetch = {}, {}
     for rows in BUCKETS:
         x = torch.randn(1, rows, probe.in_features, dtype=probe.weight.dtype)
-        cands = [(p, d) for p in paths for d in (PREFETCH if p == "packed" else PREFETCH[:1])]
+        cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED else PREFETCH[:1])]
         times = {c: [] for c in cands}
         for r in range(rounds + 1):
             for p, d in cands:
                 t = clock(lambda p=p, d=d: [run_path(m, p, x, d) for m in layers], rows, (p, d)) / len(layers)
                 if r:  # round 0 warms up
                     times[(p, d)].append(t)
-        ms[rows] = {}
+        ms[rows], fastest = {}, float("inf")
         for (p, d), ts in times.items():
             t = float(np.median(ts))
-            if t < ms[rows].get(p, float("inf")):
-                ms[rows][p] = t
-                if p == "packed":
-                    prefetch[rows] = d
+            ms[rows][p] = min(t, ms[rows].get(p, float("inf")))
+            if p in PACKED and t < fastest:  # the distance of the fastest packed kernel (the one `choose` can pick)
+                prefetch[rows], fastest = d, t
     return ms, prefetch
 
 
@@ -203,8 +226,21 @@ def choose(ms: dict[int, dict[str, float]]) -> dict[int, str]:
     return out
 
 
-def _pack(layer: torch.nn.Linear) -> None:
-    layer.weight_packed = packed_ops().pack(layer.weight.detach())
+def _pack(layer: torch.nn.Linear, path: str = "packed") -> None:
+    if path == "packed16":
+        layer.weight_packed16 = packed16_ops().pack(layer.weight.detach())
+    else:
+        layer.weight_packed = packed_ops().pack(layer.weight.detach())
+
+
+def _paths_for(probe: torch.nn.Linear, can_pack: bool) -> tuple[str, ...]:
+    """The paths a layer of this shape can take here."""
+    paths = ["stock", "weight_left"]
+    if can_pack and packable(probe):
+        paths.append("packed")
+        if packed16_ops() is not None and packable(probe, 16):
+            paths.append("packed16")
+    return tuple(paths)
 
 
 def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) -> KernelTable:
@@ -228,19 +264,21 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) ->
             probe = max(layers, key=lambda m: m.weight.numel())
             same = [m for m in layers if m.weight.shape == probe.weight.shape and m.weight.dtype == probe.weight.dtype]
             stream = same[:max(1, -(-STREAM_BYTES // (probe.weight.numel() * probe.weight.element_size())))]
-            paths = PATHS if can_pack and packable(probe) else PATHS[:2]
-            if "packed" in paths:
+            paths = _paths_for(probe, can_pack)
+            for path in set(paths) & set(PACKED):
                 for m in stream:
-                    _pack(m)
+                    _pack(m, path)
             table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths)
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():
-        uses_packed = "packed" in getattr(table, part).values() and packed_ops() is not None
-        for m in layers:
-            if uses_packed and getattr(m, "weight_packed", None) is None:
-                _pack(m)
-            elif not uses_packed:
-                m.weight_packed = None
+        for path, attr, ops, block in (("packed", "weight_packed", packed_ops, 8),
+                                       ("packed16", "weight_packed16", packed16_ops, 16)):
+            used = path in getattr(table, part).values() and ops() is not None
+            for m in layers:
+                if used and packable(m, block) and getattr(m, attr, None) is None:
+                    _pack(m, path)
+                elif not used:
+                    setattr(m, attr, None)
     for m in body:
         m.kernels = table
         m.forward = body_forward.__get__(m)
