@@ -131,6 +131,8 @@ class PairConfig(_Strict):
     lazy_logits: Literal["auto", "on", "off"] = Field("auto", description="verification computes the target's "
                                                       "logits only at the rows acceptance walks (treegraft/target.py); "
                                                       "auto: on for a CPU, off for a GPU (a batched head is free there)")
+    wide_kernel: bool = Field(True, description="CPU with AVX-512: the packed kernel on blocks of 16 output rows is "
+                                                "one of the measured paths (treegraft/cpu_kernels.py)")
     lead_rows: bool = Field(True, description="with lazy logits: the likely path's rows come with the root's in one "
                                               "head call (treegraft/prune.py, Pruner.lead_rows)")
     drafting: DraftingConfig = DraftingConfig()

@@ -233,17 +233,17 @@ def _pack(layer: torch.nn.Linear, path: str = "packed") -> None:
         layer.weight_packed = packed_ops().pack(layer.weight.detach())
 
 
-def _paths_for(probe: torch.nn.Linear, can_pack: bool) -> tuple[str, ...]:
-    """The paths a layer of this shape can take here."""
+def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[str, ...]:
+    """The paths a layer of this shape can take here (of `allowed`)."""
     paths = ["stock", "weight_left"]
     if can_pack and packable(probe):
         paths.append("packed")
         if packed16_ops() is not None and packable(probe, 16):
             paths.append("packed16")
-    return tuple(paths)
+    return tuple(p for p in paths if p in allowed or p == "stock")
 
 
-def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) -> KernelTable:
+def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, allowed=PATHS) -> KernelTable:
     """Route the model's Linear layers and its output head through the fastest path per row bucket, measured
     here (or as `table` says). Returns the table (also at `model.kernel_table`). Copies of a weight (packed,
     transposed) are kept only where the table uses them."""
@@ -264,7 +264,7 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None) ->
             probe = max(layers, key=lambda m: m.weight.numel())
             same = [m for m in layers if m.weight.shape == probe.weight.shape and m.weight.dtype == probe.weight.dtype]
             stream = same[:max(1, -(-STREAM_BYTES // (probe.weight.numel() * probe.weight.element_size())))]
-            paths = _paths_for(probe, can_pack)
+            paths = _paths_for(probe, can_pack, allowed)
             for path in set(paths) & set(PACKED):
                 for m in stream:
                     _pack(m, path)

@@ -239,8 +239,11 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     use_tree_attention(target)  # grouped-query tree attention without copying the cache
     use_tree_attention(mid)
     if pair.small_batch_linear and device.type == "cpu":
-        use_cpu_kernels(target)
-        use_cpu_kernels(mid)
+        from .cpu_kernels import PATHS
+
+        allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if p != "packed16")
+        use_cpu_kernels(target, allowed=allowed)
+        use_cpu_kernels(mid, allowed=allowed)
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)), corpus)
 
 
