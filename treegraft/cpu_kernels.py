@@ -3,7 +3,7 @@
 A verification feeds the target a few to a few dozen tokens. On a CPU, `F.linear(x, W)`
 with a few rows runs BLAS's general matrix-matrix kernel, which costs much more than the
 1-row matrix-vector kernel of plain decoding (measured on a 2-core AVX2 machine, fp32: a
-forward of 8 tokens 1.8x one token). Three paths compute the same products:
+forward of 8 tokens 1.8x one token). Four paths compute the same products:
 
 - `stock`: F.linear;
 - `weight_left`: `W @ x.T` (the weight as the left operand), or for one row of the tall
@@ -17,6 +17,9 @@ forward of 8 tokens 1.8x one token). Three paths compute the same products:
   split its blocks (`packed_threads()`; without the flag `at::parallel_for` in an extension
   runs on one thread, which left half of a 2-core host idle at 8 rows). Where it cannot be
   built the other two remain.
+- `packed16` (fp32, CPUs with AVX-512; pair switch `wide_kernel`): the same on blocks of 16
+  output rows, up to 16 rows of x a pass (`kernels/packed16_gemm.cpp`); the same FMA chain
+  per output, so its rows are bit-equal to `packed`'s and a table may mix the two.
 
 Nothing is assumed: at load, `use_cpu_kernels` times every available path for the
 body's largest layer shape and for the head, at every row bucket (1, 2, 4, ... 64) in
