@@ -92,7 +92,7 @@ def packed_ops():
         else:
             from torch.utils.cpp_extension import load
 
-            for name, omp in (("treegraft_packed_gemm_v4", ["-fopenmp"]), ("treegraft_packed_gemm_v4_serial", [])):
+            for name, omp in (("treegraft_packed_gemm_v5", ["-fopenmp"]), ("treegraft_packed_gemm_v5_serial", [])):
                 try:  # a compiler without OpenMP (Apple clang) builds the serial variant
                     _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma", *omp],
                                        extra_ldflags=omp, verbose=False)
@@ -114,7 +114,7 @@ def packed16_ops():
 
             omp = ["-fopenmp"] if "serial" not in getattr(_ops["ops"], "__name__", "") else []
             try:
-                _ops["ops16"] = load("treegraft_packed16_gemm_v1" + ("" if omp else "_serial"), [str(SOURCE16)],
+                _ops["ops16"] = load("treegraft_packed16_gemm_v2" + ("" if omp else "_serial"), [str(SOURCE16)],
                                      extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp,
                                      verbose=False)
             except Exception:  # the AVX2 kernel and the stock paths remain

@@ -14,55 +14,40 @@
 // Every output element is the same sequential FMA chain over k whatever M is, so a row's result does
 // not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool; the extension is
 // built with -fopenmp, without which at::parallel_for runs serially here: threads_used() says which it is).
-#include <torch/extension.h>
+// pack() and micro() are written once for both packed kernels, over the vector width (packed_micro.h).
+#include "packed_micro.h"
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 #include <numeric>
 #include <vector>
 
-constexpr int64_t NB = 8;  // output rows per packed block: one AVX2 vector
+using V = Avx2;
+constexpr int64_t NB = V::NB;
 constexpr int64_t MB = 8;  // rows of x per pass: 8 accumulators
 
-torch::Tensor pack(torch::Tensor w) {
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % NB == 0, "fp32 [N, K], N % 8 == 0");
-  const int64_t N = w.size(0), K = w.size(1);
-  return w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous();  // [N / NB, K, NB]
-}
-
-template <int R>
-static inline void micro(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    _mm_prefetch(reinterpret_cast<const char*>(P + k * NB + pf), _MM_HINT_T0);
-    const __m256 w = _mm256_loadu_ps(P + k * NB);
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + r * K + k), acc[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N, acc[r]);
-}
+torch::Tensor pack(torch::Tensor w) { return pack_blocks<V>(w); }
 
 // Few rows (M <= 4): B consecutive blocks per pass, so that B * M independent accumulators hide the FMA latency
 // (one row alone is one dependency chain per block). Each output is still the same FMA chain over k. Kept apart
 // from micro: folding micro into this template (B = 1) compiled 5-8 rows ~1.8x slower here, bit-equal results.
 template <int R, int B>
 static inline void micro_wide(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
-  __m256 acc[B][R];
+  V::reg acc[B][R];
   for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[b][r] = V::zero();
   const int64_t bs = K * NB;
   for (int64_t k = 0; k < K; ++k) {
-    __m256 w[B];
+    V::reg w[B];
     for (int b = 0; b < B; ++b) {
       _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
-      w[b] = _mm256_loadu_ps(P + b * bs + k * NB);
+      w[b] = V::load(P + b * bs + k * NB);
     }
     for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(X + r * K + k);
-      for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(w[b], x, acc[b][r]);
+      const V::reg x = V::bcast(X + r * K + k);
+      for (int b = 0; b < B; ++b) acc[b][r] = V::fma(w[b], x, acc[b][r]);
     }
   }
   for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N + b * NB, acc[b][r]);
+    for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
 }
 
 template <int R>
@@ -71,17 +56,12 @@ static void few_rows(const float* X, int64_t K, const float* P, float* Y, int64_
   constexpr int B = R <= 2 ? 4 : 2;
   int64_t b = b0;
   for (; b + B <= b1; b += B) micro_wide<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
-  for (; b < b1; ++b) micro<R>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  for (; b < b1; ++b) micro<V, R>(X, K, P + b * K * NB, Y + b * NB, N, pf);
 }
 
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
-  x = x.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
-  TORCH_CHECK(p.dim() == 3 && p.size(1) == K && p.size(2) == NB, "packed weight [N / 8, K, 8]");
-  TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
-  const int64_t pf = prefetch;
-  auto y = torch::empty({M, N}, x.options());
+  auto y = packed_output<V>(x, p, prefetch);
+  const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB, pf = prefetch;
   const float* X = x.data_ptr<float>();
   const float* P = p.data_ptr<float>();
   float* Y = y.data_ptr<float>();
@@ -101,17 +81,17 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) 
       const float* pb = P + b * K * NB;
       float* yb = Y + b * NB;
       int64_t m = 0;
-      for (; m + MB <= M; m += MB) micro<MB>(X + m * K, K, pb, yb + m * N, N, pf);
+      for (; m + MB <= M; m += MB) micro<V, MB>(X + m * K, K, pb, yb + m * N, N, pf);
       const float* xm = X + m * K;
       float* ym = yb + m * N;
       switch (M - m) {
-        case 7: micro<7>(xm, K, pb, ym, N, pf); break;
-        case 6: micro<6>(xm, K, pb, ym, N, pf); break;
-        case 5: micro<5>(xm, K, pb, ym, N, pf); break;
-        case 4: micro<4>(xm, K, pb, ym, N, pf); break;
-        case 3: micro<3>(xm, K, pb, ym, N, pf); break;
-        case 2: micro<2>(xm, K, pb, ym, N, pf); break;
-        case 1: micro<1>(xm, K, pb, ym, N, pf); break;
+        case 7: micro<V, 7>(xm, K, pb, ym, N, pf); break;
+        case 6: micro<V, 6>(xm, K, pb, ym, N, pf); break;
+        case 5: micro<V, 5>(xm, K, pb, ym, N, pf); break;
+        case 4: micro<V, 4>(xm, K, pb, ym, N, pf); break;
+        case 3: micro<V, 3>(xm, K, pb, ym, N, pf); break;
+        case 2: micro<V, 2>(xm, K, pb, ym, N, pf); break;
+        case 1: micro<V, 1>(xm, K, pb, ym, N, pf); break;
         default: break;
       }
     }
