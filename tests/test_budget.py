@@ -41,7 +41,7 @@ def test_cost_curve_is_interpolated_and_never_decreasing():
     c = cost({0: 50, 2: 90, 4: 80, 8: 100})  # 2 and 4 violate monotonicity: pooled to their mean, 85
     t = c(np.arange(9))
     assert t[0] == 50 and t[1] == pytest.approx(67.5) and t[4] == pytest.approx(85) and np.all(np.diff(t) >= 0)
-    assert probe_sizes(8) == [0, 1, 3, 7, 8] and probe_sizes(63) == [0, 1, 3, 7, 15, 31, 63]
+    assert probe_sizes(8) == [0, 1, 3, 5, 7, 8] and probe_sizes(63) == [0, 1, 3, 5, 7, 11, 15, 23, 31, 47, 63]
     assert not VerifyCost() and not cost({0: 50})
 
 
@@ -54,8 +54,12 @@ def test_b_ver_follows_the_measured_cost_curve():
         steep.verify_cost.observe(n, ms)  # a 2-core CPU in fp32
     for n, ms in {0: 30.0, 7: 31.0, 15: 33.0, 31: 36.0, 63: 40.0}.items():
         flat.verify_cost.observe(n, ms)  # nearly flat (a GPU, fast bf16 units)
-    # 11 nodes fit under the cap too, but B_ver moves between probe buckets (0, 1, 3, 7, 15, ...): 7
-    assert steep.host_budget(63, 1.6) == 7 and steep.host_budget(63, 2.0) == 15
+    # 11 nodes fit under the cap (a half-octave probe bucket), 15 do not; B_ver moves between probe buckets
+    assert steep.host_budget(63, 1.6) == 11 and steep.host_budget(63, 2.0) == 15
+    stepped = Pruner()
+    for n, ms in {0: 100.0, 1: 110.0, 3: 120.0, 7: 155.0, 9: 158.0, 15: 190.0, 31: 240.0, 63: 330.0}.items():
+        stepped.verify_cost.observe(n, ms)
+    assert stepped.host_budget(63, 1.6) == 7  # T(11) interpolates to 169 > 160: the bucket below
     assert flat.host_budget(63, 1.6) == 63 and flat.host_budget(20, 1.6) == 20
     assert steep.host_budget(63, None) == 63 and Pruner().host_budget(63, 1.6) == 63  # off / not measured
 

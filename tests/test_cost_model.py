@@ -6,7 +6,8 @@ import pytest
 
 from treegraft.prune import Pruner, VerifyCost, bucket_of, isotonic, probe_sizes
 
-QUIET = {0: 60.0, 1: 80.0, 3: 84.0, 7: 90.0, 15: 110.0, 31: 150.0, 63: 220.0}  # ms per probe size (nodes)
+QUIET = {0: 60.0, 1: 80.0, 3: 84.0, 5: 87.0, 7: 90.0, 11: 95.0, 15: 110.0, 23: 130.0, 31: 150.0, 47: 185.0,
+         63: 220.0}  # ms per probe size (nodes)
 CAP = 1.6
 
 
@@ -52,10 +53,12 @@ def test_isotonic_fit_is_monotone_and_keeps_a_monotone_curve():
 def test_quiet_calibration_sets_b_ver_from_the_curve():
     p = calibrated(ScriptedHost())
     assert p.verify_cost.ms == pytest.approx(QUIET)  # every probe measured 3 times, medians, monotone already
-    assert p.host_budget(63, CAP) == 7  # T(7) = 90 <= 96 = 1.6 T(0); T(15) = 110 is not
+    assert p.host_budget(63, CAP) == 11  # T(11) = 95 <= 96 = 1.6 T(0); T(15) = 110 is not
+    steeper = calibrated(ScriptedHost({**QUIET, 11: 100.0}))
+    assert steeper.host_budget(63, CAP) == 7  # the half bucket over the cap: the octave below
 
 
-@pytest.mark.parametrize("victim", range(1, 22))
+@pytest.mark.parametrize("victim", range(1, 1 + 3 * len(QUIET)))
 def test_one_probe_ten_times_slower_leaves_b_ver_within_one_bucket(victim):
     """Whichever single probe a burst of load hits (call 0 is the warm-up), B_ver stays within one bucket."""
     quiet = calibrated(ScriptedHost()).host_budget(63, CAP)
