@@ -157,6 +157,8 @@ def test_calibration_seeds_the_cost_curve_once_outside_the_clock(engine, pair_dr
             res = engine.generate(ids, MethodSpec("all-small"), pair_drafting, gen)
             probes = probe_sizes(pair_drafting.budget)
             assert set(probes) <= set(engine.pruner.verify_cost.ms)  # rounds may add the sizes they verified
+            host = engine.host_costs(pair_drafting)  # what reports and the app show: the probes' curve only
+            assert sorted(host["verify_ms"]) == [n + 1 for n in probes] and host["b_ver"] in probes
             first_start = events.index(("start", None))
             assert sorted({n for _, n in events[:first_start]}) == probes  # every probe before the start
             from treegraft.engine import thread_candidates

@@ -24,7 +24,7 @@ from .methods import MethodSpec, StepState, Stepwise, build_method
 from .models import LoadedPair
 from .profile import Profile
 from .prompt_check import PromptError, check_length, check_special_only, check_text
-from .prune import Pruner
+from .prune import Pruner, probe_sizes
 from .target import TargetModel
 from .trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot
 from .tree import DraftTree
@@ -126,7 +126,8 @@ class Engine:
         if not cost:
             return {}
         b = self.pruner.host_budget(drafting.budget, drafting.verify_cost_cap) if drafting else self.pruner.host_b
-        curve = {n + 1: round(t, 2) for n, t in cost.ms.items() if (n + 1) & n == 0 or n == max(cost.ms)}
+        probes = set(probe_sizes(max(cost.ms)))  # the calibration's sizes, not the odd sizes rounds added
+        curve = {n + 1: round(t, 2) for n, t in cost.ms.items() if n in probes}
         return {"verify_ms": curve,
                 "memory_floor_ms": round(self.target.memory_floor_ms(), 2), "row_ms": round(self.pruner.row_ms, 2),
                 "b_ver": b, "threads": self.pruner.threads}
