@@ -49,7 +49,6 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured at load; a batch uses 
 MIN_GAIN = 0.9  # another path must take at most 90% of the stock time to be chosen
 TRANSPOSED_COPY_MAX_BYTES = 512 << 20  # the head's transposed copy (for 1 row), if it is this small
 PATHS = ("stock", "weight_left", "packed", "packed16")
-PACKED = ("packed", "packed16")  # the packed kernels' paths (they take a prefetch distance)
 PREFETCH = (128, 512, 1024)  # the packed kernel's prefetch distances (floats ahead on the weight stream) measured
 STREAM_BYTES = 64 << 20  # the body's timing streams through at least this many bytes of weights (well past an L3)
 SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
@@ -122,6 +121,11 @@ def packed16_ops():
     return _ops["ops16"]
 
 
+# the packed kernels' paths (they take a prefetch distance) -> (the layer attribute holding the packed weight, the
+# kernel's module, output rows per packed block)
+PACKED_KERNELS = {"packed": ("weight_packed", packed_ops, 8), "packed16": ("weight_packed16", packed16_ops, 16)}
+
+
 def packed_threads() -> int:
     """How many of torch's intra-op threads the packed kernel runs on here (0 where it is not built)."""
     ops = packed_ops()
@@ -149,8 +153,9 @@ def _transposed(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return (y if layer.bias is None else y + layer.bias).reshape(*x.shape[:-1], -1)
 
 
-def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int, prefetch: int) -> torch.Tensor:
-    y = packed_ops().packed_linear(x.reshape(rows, -1), layer.weight_packed, prefetch)  # [rows, out]
+def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int, path: str, prefetch: int) -> torch.Tensor:
+    attr, ops, _ = PACKED_KERNELS[path]
+    y = ops().packed_linear(x.reshape(rows, -1), getattr(layer, attr), prefetch)  # [rows, out]
     if layer.bias is not None:
         y = y + layer.bias
     return y.reshape(*x.shape[:-1], -1)
@@ -158,12 +163,8 @@ def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int, prefetch: int) -
 
 def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int = PREFETCH[0]) -> torch.Tensor:
     rows = x.numel() // x.shape[-1]
-    if path == "packed" and getattr(layer, "weight_packed", None) is not None:
-        return _packed(layer, x, rows, prefetch)
-    if path == "packed16" and getattr(layer, "weight_packed16", None) is not None:
-        y = packed16_ops().packed_linear(x.reshape(rows, -1), layer.weight_packed16, prefetch)  # [rows, out]
-        y = y if layer.bias is None else y + layer.bias
-        return y.reshape(*x.shape[:-1], -1)
+    if path in PACKED_KERNELS and getattr(layer, PACKED_KERNELS[path][0], None) is not None:
+        return _packed(layer, x, rows, path, prefetch)
     if path == "weight_left":
         if rows == 1 and getattr(layer, "weight_t", None) is not None:
             return _transposed(layer, x)
@@ -204,7 +205,7 @@ def measure(layers: torch.nn.Linear | list[torch.nn.Linear], part: str, rounds: 
     ms, prefetch = {}, {}
     for rows in BUCKETS:
         x = torch.randn(1, rows, probe.in_features, dtype=probe.weight.dtype)
-        cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED else PREFETCH[:1])]
+        cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
         times = {c: [] for c in cands}
         for r in range(rounds + 1):
             for p, d in cands:
@@ -215,7 +216,7 @@ def measure(layers: torch.nn.Linear | list[torch.nn.Linear], part: str, rounds: 
         for (p, d), ts in times.items():
             t = float(np.median(ts))
             ms[rows][p] = min(t, ms[rows].get(p, float("inf")))
-            if p in PACKED and t < fastest:  # the distance of the fastest packed kernel (the one `choose` can pick)
+            if p in PACKED_KERNELS and t < fastest:  # the fastest packed kernel's distance (`choose` may pick it)
                 prefetch[rows], fastest = d, t
     return ms, prefetch
 
@@ -230,10 +231,8 @@ def choose(ms: dict[int, dict[str, float]]) -> dict[int, str]:
 
 
 def _pack(layer: torch.nn.Linear, path: str = "packed") -> None:
-    if path == "packed16":
-        layer.weight_packed16 = packed16_ops().pack(layer.weight.detach())
-    else:
-        layer.weight_packed = packed_ops().pack(layer.weight.detach())
+    attr, ops, _ = PACKED_KERNELS[path]
+    setattr(layer, attr, ops().pack(layer.weight.detach()))
 
 
 def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[str, ...]:
@@ -268,14 +267,13 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
             same = [m for m in layers if m.weight.shape == probe.weight.shape and m.weight.dtype == probe.weight.dtype]
             stream = same[:max(1, -(-STREAM_BYTES // (probe.weight.numel() * probe.weight.element_size())))]
             paths = _paths_for(probe, can_pack, allowed)
-            for path in set(paths) & set(PACKED):
+            for path in set(paths) & set(PACKED_KERNELS):
                 for m in stream:
                     _pack(m, path)
             table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths)
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():
-        for path, attr, ops, block in (("packed", "weight_packed", packed_ops, 8),
-                                       ("packed16", "weight_packed16", packed16_ops, 16)):
+        for path, (attr, ops, block) in PACKED_KERNELS.items():
             used = path in getattr(table, part).values() and ops() is not None
             for m in layers:
                 if used and packable(m, block) and getattr(m, attr, None) is None:
