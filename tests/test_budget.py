@@ -88,6 +88,22 @@ def test_acceptance_is_learned_from_verifications():
     assert model.conditional(tree, nodes)[0] > 0.8
 
 
+def test_a_drafters_overconfidence_learned_in_one_cell_moves_the_cells_not_yet_seen():
+    model, seen = AcceptanceModel(), chain_tree([0.95])
+    unseen = chain_tree([0.3])  # another bin of the n-gram drafter's p: no trial of its own yet
+    mid_node = DraftTree.new(0, capacity=2)
+    add_child(mid_node, 0, 5, math.log(0.3), MID, 1)  # a mid-only node: another proposer
+    nodes = np.array([1])
+    assert model.conditional(unseen, nodes)[0] == pytest.approx(0.3)  # no record: the drafter's own p
+    for i in range(60):  # the n-gram's 0.95 guesses are accepted half of the time
+        model.update(seen, nodes, path=[0, 1] if i % 2 else [0])
+    ratio = model.ratio
+    assert 0.5 < ratio[0] < 0.7 and ratio[1] == pytest.approx(1.0)
+    assert model.conditional(unseen, nodes)[0] == pytest.approx(0.3 * ratio[0])  # prior scaled; no trials here
+    assert model.conditional(mid_node, nodes)[0] == pytest.approx(0.3)  # the mid's record is its own
+    assert math.exp(model.one(math.log(0.3), math.nan)) == pytest.approx(0.3 * ratio[0])  # the per-node path agrees
+
+
 @pytest.fixture
 def pair_drafting():
     return load_pair("default").drafting.model_copy(update={"adaptive_budget": True})

@@ -25,8 +25,11 @@ are unchanged (acceptance is lossless for any tree, including none).
 
 - pi(v) = prod over the path of c(u), c(u) = P(u accepted | its parent accepted),
   learned online from the engine's own verifications (`AcceptanceModel`), in bins
-  of the node's own p, per proposer (small only / mid only / both); the prior of a
-  bin is the drafter's own p.
+  of the node's own p, per proposer (small only / mid only / both). The prior of a
+  bin is the drafter's own p times that proposer's pooled ratio of accepted to
+  expected nodes, so a bin not yet seen starts where the drafter's record points (the
+  n-gram drafter's count ratios overstate acceptance by ~1.6x on the default pair: a
+  cut fed the raw p verified nodes that did not pay).
 - T(n): running means of the measured verification time per node count
   (`VerifyCost`), seeded by one probe of a few sizes before the first generation's
   clock starts (`Pruner.calibrate`).
@@ -54,36 +57,53 @@ from .tree import SMALL, DraftTree, add_child
 
 P_EDGES = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9])  # bin upper edges of a node's own p
 LOG_EDGES = np.log(P_EDGES).tolist()  # the same edges on log p (bins of `AcceptanceModel.one`)
-PRIOR_STRENGTH = 4.0  # pseudo-observations at the drafter's own p
+PRIOR_STRENGTH = 4.0  # pseudo-observations of a cell at its prior (the drafter's own p, times its proposer's ratio)
+RATIO_STRENGTH = 4.0  # pseudo-observations of a proposer's pooled ratio at 1 (the drafters' own p, unscaled)
 DECAY = 0.995  # per round: recent rounds weigh more (the prompt's kind changes acceptance)
 EXPLORE_AFTER = 8  # after this many rounds in a row that verified nothing of a drafted tree, verify one whole
 
 
 class AcceptanceModel:
-    """c(u) = P(u accepted | parent accepted), Beta-smoothed toward the drafters' own p, in cells of
-    (the n-gram drafter's own p, the mid's own q): each axis binned by P_EDGES, plus a bin for "this drafter
-    has not scored u" (`tree.raw`). Learned from every verification; it is also the map of "calibrated"
-    scores (tree.py): `one` and `many` put both drafters on one scale."""
+    """c(u) = P(u accepted | parent accepted), Beta-smoothed toward a prior, in cells of (the n-gram drafter's
+    own p, the mid's own q): each axis binned by P_EDGES, plus a bin for "this drafter has not scored u"
+    (`tree.raw`). The prior of a cell is the more confident drafter's p times its proposer's pooled ratio
+    (accepted / expected over every trial of that proposer: small only, mid only, both), so what one cell
+    learns about a drafter's over- or under-confidence moves the cells not yet seen. Learned from every
+    verification; it is also the map of "calibrated" scores (tree.py): `one` and `many` put both drafters
+    on one scale."""
 
     NONE = len(P_EDGES) + 1  # the bin of a drafter that has not scored the node
 
     def __init__(self):
         self.hits = np.zeros((self.NONE + 1, self.NONE + 1))  # [small bin, mid bin]
         self.trials = np.zeros((self.NONE + 1, self.NONE + 1))
-        self._lists = None  # (hits, trials) as Python lists for `one`, rebuilt after an update
+        self.pooled_hits = np.zeros(3)  # [proposer]: accepted trials (proposer 0 small only, 1 mid only, 2 both)
+        self.pooled_expected = np.zeros(3)  # [proposer]: the drafters' own p summed over the same trials
+        self._lists = None  # (hits, trials, ratio) as Python lists for `one`, rebuilt after an update
 
     @classmethod
     def cells(cls, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(small bin [n], mid bin [n], prior p [n]) of the drafters' own log p raw [n, 2] (NaN: not scored);
-        the prior is the more confident drafter's p."""
+        """(small bin [n], mid bin [n], the drafters' own p [n]) of their own log p raw [n, 2] (NaN: not
+        scored); the p is the more confident drafter's."""
         scored = ~np.isnan(raw)
         logs = np.where(scored, raw, -np.inf)  # [n, 2]
         bins = np.where(scored, np.digitize(logs, LOG_EDGES), cls.NONE)  # the bins of P_EDGES, on log p
         return bins[:, 0], bins[:, 1], np.exp(logs.max(axis=1))  # exp(-inf) = 0: scored by neither
 
+    @classmethod
+    def proposer(cls, bs, bm):
+        """0 small only, 1 mid only, 2 both (scalars or arrays of bins); a node scored by neither counts as 0."""
+        return np.where(bm == cls.NONE, 0, np.where(bs == cls.NONE, 1, 2))
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """[3] accepted / expected per proposer, shrunk toward 1 (no trials yet: the drafters' own p as they are)."""
+        return (self.pooled_hits + RATIO_STRENGTH) / (self.pooled_expected + RATIO_STRENGTH)
+
     def of_raw(self, raw: np.ndarray) -> np.ndarray:
         """[n] c for raw log p rows [n, 2]."""
-        bs, bm, prior = self.cells(raw)
+        bs, bm, p = self.cells(raw)
+        prior = np.minimum(1.0, p * self.ratio[self.proposer(bs, bm)])
         return (self.hits[bs, bm] + PRIOR_STRENGTH * prior) / (self.trials[bs, bm] + PRIOR_STRENGTH)
 
     def many(self, raw: np.ndarray) -> np.ndarray:
@@ -93,12 +113,13 @@ class AcceptanceModel:
     def one(self, small: float, mid: float) -> float:
         """`many` for one node in plain Python (drafters call it per node); NaN: not scored."""
         if self._lists is None:
-            self._lists = (self.hits.tolist(), self.trials.tolist())
-        hits, trials = self._lists
+            self._lists = (self.hits.tolist(), self.trials.tolist(), self.ratio.tolist())
+        hits, trials, ratio = self._lists
         bs = self.NONE if small != small else bisect.bisect_right(LOG_EDGES, small)  # = np.digitize on p
         bm = self.NONE if mid != mid else bisect.bisect_right(LOG_EDGES, mid)
         best = max(x for x in (small, mid, -math.inf) if x == x)
-        prior = math.exp(best) if best > -math.inf else 0.0
+        who = 0 if bm == self.NONE else 1 if bs == self.NONE else 2  # = proposer()
+        prior = min(1.0, math.exp(best) * ratio[who]) if best > -math.inf else 0.0
         c = (hits[bs][bm] + PRIOR_STRENGTH * prior) / (trials[bs][bm] + PRIOR_STRENGTH)
         return math.log(max(c, 1e-12))
 
@@ -119,14 +140,18 @@ class AcceptanceModel:
 
     def update(self, tree: DraftTree, nodes: np.ndarray, path: list[int]) -> None:
         """Learn from one verification: every verified node whose parent was accepted is one trial."""
-        self.hits *= DECAY
-        self.trials *= DECAY
+        for table in (self.hits, self.trials, self.pooled_hits, self.pooled_expected):
+            table *= DECAY
         on_path = np.zeros(tree.n, dtype=bool)
         on_path[path] = True
         tried = nodes[on_path[tree.parent[nodes]]]
-        bs, bm, _ = self.cells(tree.raw[tried])
+        bs, bm, p = self.cells(tree.raw[tried])
+        hit = on_path[tried].astype(float)
         np.add.at(self.trials, (bs, bm), 1.0)
-        np.add.at(self.hits, (bs, bm), on_path[tried].astype(float))
+        np.add.at(self.hits, (bs, bm), hit)
+        who = self.proposer(bs, bm)
+        np.add.at(self.pooled_hits, who, hit)
+        np.add.at(self.pooled_expected, who, p)
         self._lists = None
 
 
