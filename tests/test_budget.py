@@ -6,7 +6,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from treegraft.prune import AcceptanceModel, VerifyCost, choose, probe_sizes
+from treegraft.prune import AcceptanceModel, Pruner, VerifyCost, choose, probe_sizes
 from treegraft.config import GenerationConfig, load_pair
 from treegraft.methods import MethodSpec
 from treegraft.tree import MID, SMALL, DraftTree, add_child
@@ -35,6 +35,25 @@ def test_expensive_verification_needs_likely_tokens():
     steep = cost({0: 50, 1: 100, 8: 100})  # one node costs one extra decoding step
     assert len(choose(np.array([0.2, 0.1, 0.1]), steep)[0]) == 0  # E = 0.4 < 1: a plain step
     assert len(choose(np.array([0.9, 0.8, 0.7]), steep)[0]) == 3  # E = 2.4 > 1
+
+
+def test_time_is_priced_at_the_rounds_own_rate():
+    curve = cost({0: 50, 1: 55, 3: 65, 7: 85})  # 5 ms a node
+    pi = np.array([0.6, 0.3, 0.15, 0.08])
+    assert len(choose(pi, curve)[0]) == 3  # at plain decoding's rate a node pays from pi 0.1 ...
+    assert len(choose(pi, curve, rate=2 / 50)[0]) == 2  # ... at twice that rate from pi 0.2
+    assert len(choose(pi, curve, rate=1 / 50)[0]) == len(choose(pi, curve)[0])  # rate 1 / T(0): the same rule
+
+
+def test_the_rounds_rate_is_learned_from_committed_rounds():
+    pruner, tree = Pruner(), chain_tree([0.9, 0.9])
+    assert pruner.rate is None
+    for _ in range(30):  # rounds of 3 tokens (2 accepted + the bonus) in 60 ms
+        pruner.learn(tree, np.array([1, 2]), [0, 1, 2], 50.0, None, 63, None, round_ms=60.0)
+    assert pruner.rate == pytest.approx(3 / 60)
+    for _ in range(30):  # then rounds of one token in 60 ms: the recent ones dominate
+        pruner.learn(tree, np.array([1, 2]), [0], 50.0, None, 63, None, round_ms=60.0)
+    assert pruner.rate < 1.2 / 60
 
 
 def test_cost_curve_is_interpolated_and_never_decreasing():

@@ -207,7 +207,7 @@ class Engine:
                 s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * step.draft_s)
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
-                              s.drafting.verify_cost_cap)
+                              s.drafting.verify_cost_cap, round_ms=1000 * (v.draft_s + v.verify_s))
         elif s.drafting.scores == "calibrated":  # the calibration's data, without the cost-aware cut
             self.pruner.acceptance.update(v.tree, v.kept, v.acc.path)
 
