@@ -56,6 +56,25 @@ def test_the_rounds_rate_is_learned_from_committed_rounds():
     assert pruner.rate < 1.2 / 60
 
 
+def test_drafts_are_sized_to_what_the_cut_verifies():
+    pruner = Pruner()
+    pruner.verify_cost = cost({0: 50.0, 63: 680.0})  # 10 ms a node: at 1 / T(0) a node pays from pi 0.2
+    assert pruner.draft_budget(15) == 15  # no rounds yet: B_ver on this host
+
+    def rounds(p, n=10):
+        tree = chain_tree([p] * 12)  # pi = p, p^2, ...
+        for _ in range(n):
+            kept = pruner.select(tree, 15, adaptive=True)
+            pruner.learn(tree, kept, [0, *kept.tolist()] if p > 0.9 else [0, 1], 50.0, None, 15, None)
+        return len(kept)
+
+    assert rounds(0.5) == 2  # 0.5, 0.25 pay; 0.125 does not
+    assert pruner.draft_budget(15) == 3  # the bucket above what the cut verified
+    assert pruner.draft_budget(1) == 1  # never above B_ver
+    assert rounds(0.97, n=20) == 12  # the cut keeps every node it is given: drafts may grow to B_ver again
+    assert pruner.draft_budget(15) == 15
+
+
 def test_cost_curve_is_interpolated_and_never_decreasing():
     c = cost({0: 50, 2: 90, 4: 80, 8: 100})  # 2 and 4 violate monotonicity: pooled to their mean, 85
     t = c(np.arange(9))
@@ -133,15 +152,18 @@ def cost_curve(engine, ms: dict, pinned: bool = False):
     """Run with this verification cost curve, then restore the engine's own. pinned: the rounds do not
     re-measure it (the real times would otherwise replace the curve under test after the first round)."""
     pruner = engine.pruner
-    saved, saved_b = pruner.verify_cost, pruner.host_b
+    saved = {k: copy.deepcopy(getattr(pruner, k)) for k in ("verify_cost", "host_b", "chosen", "round_tokens", "round_ms")}
     pruner.verify_cost, pruner.host_b = VerifyCost(), None
+    pruner.chosen.clear()  # what the cut verified under another curve does not size these drafts
+    pruner.round_tokens = pruner.round_ms = 0.0
     pruner.verify_cost.ms = dict(ms)
     if pinned:
         pruner.verify_cost.observe = lambda n, ms: None
     try:
         yield
     finally:
-        pruner.verify_cost, pruner.host_b = saved, saved_b
+        for k, v in saved.items():
+            setattr(pruner, k, v)
 
 
 def test_engine_verifies_the_root_alone_when_trees_cannot_pay(engine, pair_drafting):

@@ -185,10 +185,13 @@ class Engine:
         return trace
 
     def keep_budget(self, d: DraftingConfig) -> int | None:
-        """The B_ver a draft step sizes itself to (`expand` = "keepable"): the host's, or as configured."""
+        """The B_ver a draft step sizes itself to (`expand` = "keepable"): the host's, shrunk to what the cut has
+        been verifying (`Pruner.draft_budget`), or as configured."""
         if d.expand != "keepable":
             return None
-        return self.pruner.host_budget(d.budget, d.verify_cost_cap) if d.adaptive_budget else d.budget
+        if not d.adaptive_budget:
+            return d.budget
+        return self.pruner.draft_budget(self.pruner.host_budget(d.budget, d.verify_cost_cap))
 
     def new_tree(self, s: Session) -> DraftTree:
         d = s.drafting

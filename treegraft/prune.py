@@ -65,6 +65,7 @@ LOG_EDGES = np.log(P_EDGES).tolist()  # the same edges on log p (bins of `Accept
 PRIOR_STRENGTH = 4.0  # pseudo-observations of a cell at its prior (the drafter's own p, times its proposer's ratio)
 RATIO_STRENGTH = 4.0  # pseudo-observations of a proposer's pooled ratio at 1 (the drafters' own p, unscaled)
 DECAY = 0.995  # per round: recent rounds weigh more (the prompt's kind changes acceptance)
+CHOSEN_WINDOW = 20  # recent rounds whose verified node counts size the next draft (`Pruner.draft_budget`)
 RATE_DECAY = 0.9  # per round: the rounds' rate rho reads about the last ten rounds
 EXPLORE_AFTER = 8  # after this many rounds in a row that verified nothing of a drafted tree, verify one whole
 
@@ -291,7 +292,8 @@ def prune(tree: DraftTree, budget: int) -> np.ndarray:
 
 def expandable(tree: DraftTree, pool: np.ndarray) -> np.ndarray:
     """The pool nodes a draft step may expand (`DraftingConfig.expand` = "keepable"): those the prune to
-    `tree.keep_budget` (this round's B_ver on this host) could still keep. A node outside that set has children
+    `tree.keep_budget` (this round's B_ver on this host, sized to what the cut verifies: `Pruner.draft_budget`)
+    could still keep. A node outside that set has children
     scoring no higher than itself, so they would be cut before verification: expanding it costs drafting time (a
     mid forward row each) for nothing. keep_budget None: the whole pool (the paper's rule)."""
     if tree.keep_budget is None or len(pool) == 0:
@@ -320,6 +322,19 @@ class Pruner:
         self.idle = 0  # committed rounds in a row that verified none of their drafted nodes
         self.round_tokens = 0.0  # decayed sums over committed rounds: tokens committed, and the rounds' ms
         self.round_ms = 0.0
+        self.chosen: deque = deque(maxlen=CHOSEN_WINDOW)  # nodes the cut verified in the recent rounds (inf: all)
+        self._cut: float = math.inf  # the last select's verified count where the cut left nodes out (inf: none)
+
+    def draft_budget(self, b: int) -> int:
+        """The B_ver a draft step sizes itself to (`expandable`): the probe bucket just above what the cut verified
+        in 90% of the recent rounds, at most b (B_ver on this host). Drafting a tree of B_ver nodes where the cut
+        verifies a third of them costs the n-gram and tree bookkeeping (1 ms a round here) for nodes that are cut;
+        the bucket above leaves room for the cut to ask for more, and a round where the cut kept every node the
+        prune left counts as asking for all (before 5 rounds: b)."""
+        if len(self.chosen) < 5:
+            return b
+        q = float(np.percentile(self.chosen, 90, method="higher"))  # inf where the cut left out nothing that often
+        return min(b, next((n for n in probe_sizes(b) if n > q), b))
 
     @property
     def rate(self) -> float | None:
@@ -340,6 +355,7 @@ class Pruner:
             # Every EXPLORE_AFTER-th idle round verifies the pruned tree, so both are measured anew.
             return kept
         chosen = np.sort(kept[order])
+        self._cut = len(chosen) if len(chosen) < len(kept) else math.inf
         tree.kept[kept] = False
         tree.kept[chosen] = True
         return chosen
@@ -408,6 +424,8 @@ class Pruner:
         acceptance of the verified nodes, B_ver on this host, and (given the round's ms) the rounds' rate rho:
         len(path) tokens committed (the accepted nodes and the bonus token)."""
         self.verify_cost.observe(len(kept), verify_ms)
+        self.chosen.append(self._cut)
+        self._cut = math.inf
         if round_ms is not None:
             self.round_tokens = RATE_DECAY * self.round_tokens + len(path)
             self.round_ms = RATE_DECAY * self.round_ms + round_ms
