@@ -48,6 +48,7 @@ def main() -> None:
     Pruner.select, Pruner.learn = recording_select, recording_learn
     prompts = select(load_prompts("train"), per_category=args.per_category)
     gen = GenerationConfig(max_new_tokens=64)
+    records.append([])  # the warm-up's rounds, not read
     engine.generate(engine.encode(prompts[0].messages), method.spec, method.drafting,
                     gen.model_copy(update={"max_new_tokens": 8}))  # warm-up and calibration, as the bench
     state = engine.state()
@@ -56,12 +57,14 @@ def main() -> None:
             engine.restore(state)
         records.append([])
         engine.generate(engine.encode(p.messages), method.spec, method.drafting, gen)
+    records = records[1:]
     rows = [r for per in records[len(records) // 2 if args.keep else 0:] for r in per]
     a = np.array(rows, dtype=float)
     print(f"{len(a)} verified nodes; host {engine.host_costs(method.drafting)}")
     print("mean pi / share accepted")
-    for name, col, edges in (("rank", 1, [0, 1, 2, 3, 5, 7, 11, 15, 64]), ("pi", 0, [0, .02, .05, .1, .2, .4, .7, 1.01]),
-                             ("depth", 2, list(range(1, 9)))):
+    tables = (("rank", 1, [0, 1, 2, 3, 5, 7, 11, 15, 64]), ("pi", 0, [0, .02, .05, .1, .2, .4, .7, 1.01]),
+              ("depth", 2, list(range(1, 9))))
+    for name, col, edges in tables:
         print(f"by {name}:")
         for lo, hi in zip(edges, edges[1:]):
             s = a[(a[:, col] >= lo) & (a[:, col] < hi)]

@@ -238,7 +238,8 @@ def probe_sizes(budget: int) -> list[int]:
     return [t - 1 for t in tokens if t - 1 < budget] + [budget]
 
 
-def choose(pi: np.ndarray, cost: VerifyCost, row_ms: float = 0.0, rate: float | None = None) -> tuple[np.ndarray, float]:
+def choose(pi: np.ndarray, cost: VerifyCost, row_ms: float = 0.0,
+           rate: float | None = None) -> tuple[np.ndarray, float]:
     """(order of the chosen nodes, best n's gain): the top-n nodes by pi maximising
     E_n (1 - rate row_ms) - rate (T(n) - T(0)), in tokens; row_ms: what each accepted token adds to the round (its
     logits row, computed lazily; 0 where the head runs over every row in the forward). rate: the tokens per ms
@@ -293,9 +294,9 @@ def prune(tree: DraftTree, budget: int) -> np.ndarray:
 def expandable(tree: DraftTree, pool: np.ndarray) -> np.ndarray:
     """The pool nodes a draft step may expand (`DraftingConfig.expand` = "keepable"): those the prune to
     `tree.keep_budget` (this round's B_ver on this host, sized to what the cut verifies: `Pruner.draft_budget`)
-    could still keep. A node outside that set has children
-    scoring no higher than itself, so they would be cut before verification: expanding it costs drafting time (a
-    mid forward row each) for nothing. keep_budget None: the whole pool (the paper's rule)."""
+    could still keep. A node outside that set has children scoring no higher than itself, so they would be cut
+    before verification: expanding it costs drafting time (a mid forward row each) for nothing. keep_budget None:
+    the whole pool (the paper's rule)."""
     if tree.keep_budget is None or len(pool) == 0:
         return pool
     return pool[keepable(tree, tree.keep_budget)[pool]]
