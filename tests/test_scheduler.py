@@ -208,3 +208,24 @@ def test_features_asked_one_by_one_equal_the_full_set():
         assert list(full) == list(TREE_CANDIDATES)
         for name in TREE_CANDIDATES:
             assert tree_features(st, 8, 4, -1.5, [name]) == {name: full[name]}
+
+
+def test_t_mid_is_measured_at_load_before_a_scheduled_method_runs(tiny_engine):
+    """The scheduler reads t_mid from its first decision: the engine measures a mid step off the clock before the
+    first scheduled generation (not the scheduler file's, another host's), once; other methods do not pay for it."""
+    drafting = DraftingConfig(depth=3, width=3, top_k=2, budget=8, schedule=(0, 0, 0))  # no scheduler: this
+    ids = tiny_engine.encode(("t3 t5 t7 t3 t5 t7",))                                      # schedule, never the mid
+    gen = GenerationConfig(max_new_tokens=6)
+    saved = dict(tiny_engine.timing_ms)
+    try:
+        tiny_engine.timing_ms = {"target": 0.0, "mid": 0.0}
+        plain = tiny_engine.generate(ids, MethodSpec("all-small"), drafting, gen)
+        assert tiny_engine.timing_ms["mid"] == 0.0
+        res = tiny_engine.generate(ids, MethodSpec("treegraft"), drafting, gen)
+        assert sum(r.mid_calls for r in res.rounds) == 0 and tiny_engine.timing_ms["mid"] > 0  # no round called it
+        assert res.new_tokens == plain.new_tokens
+        measured = tiny_engine.timing_ms["mid"]
+        tiny_engine.generate(ids, MethodSpec("treegraft"), drafting, gen)
+        assert tiny_engine.timing_ms["mid"] == measured  # once per engine
+    finally:
+        tiny_engine.timing_ms = saved

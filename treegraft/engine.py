@@ -20,7 +20,7 @@ from .drafters import make_mid_drafter
 from .drafters.ngram import NgramIndex
 from .kv import Stopwatch
 from .drafters.cascade import Cascade
-from .methods import MethodSpec, StepState, Stepwise, build_method
+from .methods import AllMid, MethodSpec, StepState, Stepwise, build_method
 from .models import LoadedPair
 from .profile import Profile
 from .prompt_check import PromptError, check_length, check_special_only, check_text
@@ -82,6 +82,7 @@ class EngineState:
     timing_ms: dict
 
 
+SCHEDULED = ("treegraft", "oracle")  # methods whose policy reads the timing means (scheduler/features.py)
 CPU_THREADS = torch.get_num_threads()  # torch's own choice at start; the calibration may settle on fewer
 
 
@@ -238,6 +239,21 @@ class Engine:
             self.mid.rollback(mid_state)
         return v
 
+    def calibrate_mid(self, prompt_ids: list[int], drafting: DraftingConfig) -> None:
+        """Seed t_mid, the scheduler's input for what a mid step costs here, once per engine: the median mid step
+        of one trial round of mid steps on this prompt (caches rolled back, nothing learned; the round's first step
+        also feeds the prompt through the mid, which the median leaves out). Rounds then keep it as a running mean.
+        Scheduler collection seeds it the same way (scheduler/train.collect), so a run reads the input as the
+        scheduler was trained on it. Before this, a run read the time in the scheduler's file until its first mid
+        call, and collection started each prompt from that first call, the prompt's prefill included."""
+        if len(prompt_ids) < 2:
+            return
+        s = self.start(prompt_ids, MethodSpec("all-mid"), drafting, GenerationConfig(max_new_tokens=1))
+        steps = self.trial_round(s, AllMid()).steps
+        mid_ms = [1000 * st.draft_s for st in steps if st.action == "mid"]
+        if mid_ms:
+            self.timing_ms["mid"] = float(np.median(mid_ms))
+
     def ar_step(self, s: Session) -> RoundTrace:
         """Plain autoregressive decoding with the KV cache: the speedup denominator."""
         watch = Stopwatch(self.device)
@@ -304,6 +320,8 @@ class Engine:
         if method.drafts and drafting.adaptive_budget:
             self.pruner.calibrate(self.target, prompt_ids, drafting.budget,  # off the clock, like model loading
                                   drafting.verify_cost_cap, threads=thread_candidates(self.device))
+        if method.name in SCHEDULED and self.timing_ms["mid"] == 0.0:
+            self.calibrate_mid(prompt_ids, drafting)  # off the clock too
         watch = Stopwatch(self.device)
         s = self.start(prompt_ids, method, drafting, gen, seed)
         prefill = watch.lap()
