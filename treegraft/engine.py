@@ -20,7 +20,7 @@ from .drafters import make_mid_drafter
 from .drafters.ngram import NgramIndex
 from .kv import Stopwatch
 from .drafters.cascade import Cascade
-from .methods import AllMid, MethodSpec, StepState, Stepwise, build_method
+from .methods import SCHEDULED, AllMid, MethodSpec, StepState, Stepwise, build_method
 from .models import LoadedPair
 from .profile import Profile
 from .prompt_check import PromptError, check_length, check_special_only, check_text
@@ -82,7 +82,6 @@ class EngineState:
     timing_ms: dict
 
 
-SCHEDULED = ("treegraft", "oracle")  # methods whose policy reads the timing means (scheduler/features.py)
 CPU_THREADS = torch.get_num_threads()  # torch's own choice at start; the calibration may settle on fewer
 
 
@@ -246,7 +245,7 @@ class Engine:
         Scheduler collection seeds it the same way (scheduler/train.collect), so a run reads the input as the
         scheduler was trained on it. Before this, a run read the time in the scheduler's file until its first mid
         call, and collection started each prompt from that first call, the prompt's prefill included."""
-        if len(prompt_ids) < 2:
+        if self.timing_ms["mid"] > 0.0 or len(prompt_ids) < 2:  # measured already (or by a mid round)
             return
         s = self.start(prompt_ids, MethodSpec("all-mid"), drafting, GenerationConfig(max_new_tokens=1))
         steps = self.trial_round(s, AllMid()).steps
@@ -320,7 +319,7 @@ class Engine:
         if method.drafts and drafting.adaptive_budget:
             self.pruner.calibrate(self.target, prompt_ids, drafting.budget,  # off the clock, like model loading
                                   drafting.verify_cost_cap, threads=thread_candidates(self.device))
-        if method.name in SCHEDULED and self.timing_ms["mid"] == 0.0:
+        if method.name in SCHEDULED:
             self.calibrate_mid(prompt_ids, drafting)  # off the clock too
         watch = Stopwatch(self.device)
         s = self.start(prompt_ids, method, drafting, gen, seed)

@@ -101,11 +101,14 @@ class Fixed(Policy):
         return Decision(MID if self.schedule[(state.k - 1) % len(self.schedule)] else SMALL)
 
 
+SCHEDULED = ("treegraft", "oracle")  # methods whose policy reads a trained scheduler file and the timing means
+
+
 def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | None = None,
                 b0: int | None = None) -> Policy:
     """The policy of a method; `treegraft`/`oracle` need the pair's trained scheduler file and fall back
     to the fixed schedule, saying so in `policy.note`, when the pair has none."""
-    if spec.name in ("treegraft", "oracle"):
+    if spec.name in SCHEDULED:
         from .scheduler.policy import LearnedPolicy, OraclePolicy, SchedulerFile
 
         path = resolve_path(scheduler) if scheduler else None

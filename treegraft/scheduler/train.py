@@ -60,8 +60,8 @@ def collect(engine, prompts, out: Path, drafting: DraftingConfig, rounds_per_pro
     deadline = time.time() + 60 * max_minutes
     written = 0
     todo = [p for p in prompts if p.id not in done]
-    if todo and engine.timing_ms["mid"] == 0.0:  # t_mid as a run measures it (Engine.calibrate_mid), so the
-        engine.calibrate_mid(engine.encode(todo[0].messages), drafting)  # scheduler reads it as it was trained
+    if todo:  # t_mid as a run measures it, so the scheduler reads it as it was trained
+        engine.calibrate_mid(engine.encode(todo[0].messages), drafting)
     with out.open("a") as f, tqdm(total=len(todo) * rounds_per_prompt, desc="collect rounds") as bar:
         for prompt in todo:
             if time.time() > deadline:
