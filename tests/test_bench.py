@@ -121,3 +121,36 @@ def test_bench_method_suffixes_set_the_tree_shape_and_reject_bad_values():
                        ("all-small:zz", "unknown suffix"), ("fixed:s=12", "0/1")]:
         with pytest.raises(ConfigError, match=words):
             parse_methods(bad, base)
+
+
+def test_engines_of_one_target_verify_alike_in_a_bench(fp32_pair, engine):
+    """A method run on another pair's engine (@PAIR) with the same target starts every timed generation from the
+    bench pair's measured costs (T(n), B_ver, threads), its own acceptance model kept: an A/B of two schedulers or
+    mids compares them, not two calibrations."""
+    from treegraft.bench import parse_methods, run_bench
+    from treegraft.config import GenerationConfig, load_pair
+    from treegraft.engine import Engine
+    from treegraft.prompts import load_prompts, select
+
+    twin = Engine(fp32_pair)  # the same target: its own calibration would time other probes
+    methods = parse_methods("ar,all-small,all-small@twin", load_pair("default").drafting)
+    seen = {"main": [], "twin": []}
+    for name, e in (("main", engine), ("twin", twin)):
+        real = e.generate
+
+        def watched(*args, _e=e, _real=real, _name=name, **kwargs):
+            p = _e.pruner
+            seen[_name].append((sorted(p.verify_cost.ms.items()), p.host_b, p.threads))
+            return _real(*args, **kwargs)
+
+        e.generate = watched
+    try:
+        rows = run_bench(engine, select(load_prompts("bench"), per_category=1, limit=1), methods,
+                         GenerationConfig(max_new_tokens=8), progress=False, others={"twin": twin})
+    finally:
+        del engine.generate, twin.generate
+    assert all(r["exact"] for r in rows)
+    main_timed, twin_timed = seen["main"][2:], seen["twin"][1:]  # after the warm-ups (ar and all-small; the twin's)
+    assert twin_timed and main_timed[-1][0]  # the twin ran, from a measured curve
+    assert all(t == main_timed[-1] for t in twin_timed)
+    assert twin.pruner.acceptance is not engine.pruner.acceptance

@@ -410,3 +410,42 @@ def test_task_prompts_cover_each_kind_from_the_sources_and_are_fixed_by_the_seed
     assert kinds == {k: round(share * 80) for k, share in KINDS.items()}
     assert any("English" in p and german.split(".")[0][:20] in p for p in prompts)  # into English too
     assert all(prose.split(".")[0] in p for p in prompts if "Context: " in p)  # passages are the sources' answers
+
+
+def test_the_unseen_suite_holds_no_prompt_either_drafter_learned_from(fp32_pair, monkeypatch):
+    """`unseen_suite`: chat prompts from the chat block after the answered ones, each task kind from the task
+    block after the answered ones; none is an answered prompt (the head's training data and the n-gram corpus's
+    documents) or a bench prompt, and each category has its count (a scheduler collected on it sees the drafters
+    as the bench does)."""
+    import random
+
+    import treegraft.distill as distill
+    from treegraft.answers import AnswerSettings, answer_prompts_text, bench_texts, task_block_prompts, unseen_suite
+    from treegraft.task_prompts import KINDS
+
+    prose, _ = synthetic_sharegpt(monkeypatch)
+    convs = [[{"role": "user", "content": f"What happened to town {i} in the spring?"},
+              {"role": "assistant", "content": (prose + f"Town {i} lies by the river and its people fish there every morning. ") * (1 + i % 4)}]
+             for i in range(120)]
+    convs += [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]] * 20  # repeats
+
+    def conversations(limit, seed):
+        out = list(convs)
+        random.Random(seed).shuffle(out)
+        return out[:limit]
+
+    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
+    tok = fp32_pair.tokenizer
+    s = AnswerSettings(prompts=80, block=40, tasks=80, task_block=40)
+    rows = unseen_suite(tok, s, per_category=3)
+    assert [r["category"] for r in rows] == ["chat"] * 3 + [k for k in KINDS for _ in range(3)]
+    answered_chat = set().union(*(answer_prompts_text(tok, s, b) for b in range(s.blocks)))
+    answered_tasks = {tok.decode(ids) for b in range(s.task_blocks) for ids in task_block_prompts(tok, s, b)}
+    for r in rows:
+        (turn,) = r["turns"]
+        assert turn not in answered_chat and turn not in bench_texts()
+        assert not any(turn in t for t in answered_tasks)
+    assert len({r["turns"][0] for r in rows}) == len(rows)
+    assert all(r["turns"][0].lower().startswith(("translate", "please translate", "how would you say",
+                                                 "what does this mean")) for r in rows if r["category"] == "translation")
+    assert all("Python function" in r["turns"][0] for r in rows if r["category"] == "code")

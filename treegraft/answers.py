@@ -92,19 +92,30 @@ def _fitting(tok, s: AnswerSettings, texts: list[list[str]], skip: set[str], n: 
     return ids, firsts
 
 
-def answer_prompts(tok, s: AnswerSettings, block: int = 0) -> list[list[int]]:
-    """Chat-templated prompt ids of one block (module docstring), shuffled with the seed."""
+def _block(tok, s: AnswerSettings, block: int) -> tuple[list[list[int]], list[str]]:
+    """(ids, first turns) of one block's prompts, in pool order (module docstring)."""
     from .distill import sharegpt_conversations
 
     head = [[t for t in p.messages] for p in load_prompts("train")]
     first = head + [[c[0]["content"]] for c in sharegpt_conversations(4 * s.block, s.seed)]
     out, used = _fitting(tok, s, first, set(), s.block)
-    if block:
-        pool = [[c[0]["content"]] for c in sharegpt_conversations(10 ** 9, s.seed + 1)]  # the whole file
-        later, _ = _fitting(tok, s, pool, set(used), block * s.block)
-        out = later[(block - 1) * s.block:]
+    if not block:
+        return out, used
+    pool = [[c[0]["content"]] for c in sharegpt_conversations(10 ** 9, s.seed + 1)]  # the whole file
+    later, firsts = _fitting(tok, s, pool, set(used), block * s.block)
+    return later[(block - 1) * s.block:], firsts[(block - 1) * s.block:]
+
+
+def answer_prompts(tok, s: AnswerSettings, block: int = 0) -> list[list[int]]:
+    """Chat-templated prompt ids of one block (module docstring), shuffled with the seed."""
+    out = _block(tok, s, block)[0]
     random.Random(s.seed + block).shuffle(out)
     return out
+
+
+def answer_prompts_text(tok, s: AnswerSettings, block: int) -> list[str]:
+    """One block's first turns, in pool order."""
+    return _block(tok, s, block)[1]
 
 
 @torch.no_grad()
@@ -152,20 +163,44 @@ def task_answers(target, tok, s: AnswerSettings) -> list[dict]:
 def task_block_prompts(tok, s: AnswerSettings, block: int) -> list[list[int]]:
     """Chat-templated ids of one task block: `task_block` prompts composed with seed + block that fit, none a
     bench prompt or a prompt of an earlier block."""
-    from .task_prompts import task_prompts
+    return [enc for _, _, enc in _task_block(tok, s, block)]
+
+
+def _task_block(tok, s: AnswerSettings, block: int) -> list[tuple[str, str, list[int]]]:
+    """(kind, text, ids) of one task block's prompts (`task_block_prompts`)."""
+    from .task_prompts import labelled_task_prompts, task_prompts
 
     skip = bench_texts() | {t.strip() for b in range(block) for t in task_prompts(4 * s.task_block, s.seed + b)}
     out = []
-    for text in task_prompts(4 * s.task_block, s.seed + block):
+    for kind, text in labelled_task_prompts(4 * s.task_block, s.seed + block):
         if len(out) == s.task_block:
             break
         if text.strip() in skip:
             continue
         enc = _encode(tok, [text])
         if len(enc) <= s.task_prompt_tokens:
-            out.append(enc)
+            out.append((kind, text, enc))
             skip.add(text.strip())
     return out
+
+
+def unseen_suite(tok, s: AnswerSettings, per_category: int = 6) -> list[dict]:
+    """A prompt suite (prompts.py's JSONL rows) that neither drafter has learned from: `per_category` chat
+    prompts from the ShareGPT first turns of the chat block after the answered ones (`s.blocks`), and as many of
+    each task kind from the task block after the answered ones (`s.task_blocks`). The head trains on the
+    answered blocks and the n-gram drafter's corpus is made of their answers, so a scheduler collected on
+    these prompts sees the drafters as they are on prompts they never saw (the bench's condition); collected
+    on the training suite (answered in block 0), it saw a head far better than that and learned to over-call."""
+    from .task_prompts import KINDS, _prose
+
+    answered = set().union(*(answer_prompts_text(tok, s, b) for b in range(s.blocks)))  # a pool repeats some
+    chat = [p for p in answer_prompts_text(tok, s, s.blocks) if _prose(p) and p not in answered][:per_category]
+    rows = [{"id": f"unseen-chat-{i + 1:02d}", "category": "chat", "turns": [t]} for i, t in enumerate(chat)]
+    tasks = _task_block(tok, s, s.task_blocks)
+    for kind in KINDS:
+        texts = [t for k, t, _ in tasks if k == kind][:per_category]
+        rows += [{"id": f"unseen-{kind}-{i + 1:02d}", "category": kind, "turns": [t]} for i, t in enumerate(texts)]
+    return rows
 
 
 def task_block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:

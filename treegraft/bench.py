@@ -122,6 +122,7 @@ def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: Ge
     warm = engine.encode(prompts[0].messages)
     for m in methods:  # warm-up: every code path once (and the calibration of T(n), off the clock)
         run_row(engine_of(m), prompts[0], warm, m, gen.model_copy(update={"max_new_tokens": 8}), -1)
+    share_host_costs(engine, list((others or {}).values()))
     calibrated = {id(e): (e, e.state()) for e in [engine, *(others or {}).values()]}
     total = len(prompts) * len(methods) * repeats
     with tqdm(total=total, desc="bench", disable=not progress) as bar:
@@ -136,6 +137,26 @@ def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: Ge
                     bar.update(1)
     add_speedups(rows)
     return rows
+
+
+def same_target(a, b) -> bool:
+    """Two engines run the same target model, dtype and device (pairs that differ only in their mid or scheduler)."""
+    return (a.pair.config.target == b.pair.config.target and a.target.dtype == b.target.dtype
+            and a.device == b.device)
+
+
+def share_host_costs(engine, others: list) -> None:
+    """Engines of other pairs (@PAIR methods) with the bench pair's target take its measured costs (T(n), B_ver,
+    threads: `Pruner.share_host`), so their methods verify and cut as the bench pair's do. Each engine used to keep
+    its own calibration, one noisy probe apart: in one run the second engine's trees were cut to another B_ver, and
+    an A/B of two schedulers measured the calibrations as much as the schedulers."""
+    if not engine.pruner.verify_cost:
+        return
+    for other in others:
+        if other is not engine and same_target(engine, other):
+            other.pruner.share_host(engine.pruner)
+    if engine.pruner.threads:
+        torch.set_num_threads(engine.pruner.threads)  # process-wide: the last engine calibrated set it
 
 
 def add_speedups(rows: list[dict]) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from .config import ConfigError
 
 DATA = Path(__file__).resolve().parent / "data"
-SUITES = {"default": DATA / "prompts.jsonl", "bench": DATA / "bench.jsonl", "train": DATA / "sched_train.jsonl"}
+SUITES = {"default": DATA / "prompts.jsonl", "bench": DATA / "bench.jsonl", "train": DATA / "sched_train.jsonl",
+          "unseen": DATA / "sched_unseen.jsonl"}  # unseen: prompts neither drafter learned from (answers.unseen_suite)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ The cut then counts an accepted token's row at that batched cost (`token_row_ms`
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from collections import deque
 
@@ -325,6 +326,15 @@ class Pruner:
         self.round_ms = 0.0
         self.chosen: deque = deque(maxlen=CHOSEN_WINDOW)  # nodes the cut verified in the recent rounds (inf: all)
         self._cut: float = math.inf  # the last select's verified count where the cut left nodes out (inf: none)
+
+    HOST_FIELDS = ("verify_cost", "head_cost", "row_ms", "host_b", "threads")  # what the target costs on this host
+
+    def share_host(self, other: "Pruner") -> None:
+        """Take `other`'s measurements of the target's costs on this host (T(n), the head's H, a row's ms, B_ver,
+        the thread count), keeping this pruner's acceptance model: engines that run the same target here then cut
+        and verify alike, so a side-by-side run compares their drafters, not two calibrations' luck."""
+        for name in self.HOST_FIELDS:
+            setattr(self, name, copy.deepcopy(getattr(other, name)))
 
     def draft_budget(self, b: int) -> int:
         """The B_ver a draft step sizes itself to (`expandable`): the probe bucket just above what the cut verified

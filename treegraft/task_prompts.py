@@ -167,15 +167,23 @@ def code(sources: list[str], n: int, rng: random.Random) -> list[str]:
     return out
 
 
-def task_prompts(n: int, seed: int) -> list[str]:
-    """n first user turns, a fixed share of each kind (KINDS), in one seeded order."""
+def labelled_task_prompts(n: int, seed: int) -> list[tuple[str, str]]:
+    """n (kind, first user turn) pairs, a fixed share of each kind (KINDS), in one seeded order."""
     from .distill import sharegpt_conversations, stdlib_sources
 
     rng = random.Random(seed)
     convs = sharegpt_conversations(10 ** 9, seed + 2)
     counts = {k: round(share * n) for k, share in KINDS.items()}
     counts["translation"] += n - sum(counts.values())
-    out = (translation(convs, counts["translation"], rng) + summarisation(convs, counts["summarisation"], rng)
-           + qa(convs, counts["qa"], rng) + math(counts["math"], rng) + code(stdlib_sources(seed), counts["code"], rng))
+    texts = {"translation": translation(convs, counts["translation"], rng),
+             "summarisation": summarisation(convs, counts["summarisation"], rng),
+             "qa": qa(convs, counts["qa"], rng), "math": math(counts["math"], rng),
+             "code": code(stdlib_sources(seed), counts["code"], rng)}
+    out = [(kind, t) for kind in KINDS for t in texts[kind]]
     rng.shuffle(out)
     return out
+
+
+def task_prompts(n: int, seed: int) -> list[str]:
+    """n first user turns, a fixed share of each kind (KINDS), in one seeded order."""
+    return [t for _, t in labelled_task_prompts(n, seed)]
