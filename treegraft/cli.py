@@ -275,7 +275,8 @@ def _add_scheduler(sub) -> None:
     ssub = sc.add_subparsers(dest="scheduler_command", required=True)
     c = ssub.add_parser("collect", help="run all 2^D schedules on sampled rounds and record them")
     c.add_argument("--pair", default="default")
-    c.add_argument("--suite", default="train", help="prompt suite name or JSONL file")
+    c.add_argument("--suite", default="unseen", help="prompt suite name or JSONL file (default: prompts neither of "
+                   "the default pair's drafters learned from; 'train': the hand-written training suite)")
     c.add_argument("--out", default="scheduler_data.jsonl")
     c.add_argument("--rounds-per-prompt", type=int, default=6)
     c.add_argument("--max-new-tokens", type=int, default=96)
