@@ -420,7 +420,7 @@ def test_the_unseen_suite_holds_no_prompt_either_drafter_learned_from(fp32_pair,
     import random
 
     import treegraft.distill as distill
-    from treegraft.answers import AnswerSettings, answer_prompts_text, bench_texts, task_block_prompts, unseen_suite
+    from treegraft.answers import AnswerSettings, answer_prompts, bench_texts, task_block_prompts, unseen_suite
     from treegraft.task_prompts import KINDS
 
     prose, _ = synthetic_sharegpt(monkeypatch)
@@ -439,11 +439,11 @@ def test_the_unseen_suite_holds_no_prompt_either_drafter_learned_from(fp32_pair,
     s = AnswerSettings(prompts=80, block=40, tasks=80, task_block=40)
     rows = unseen_suite(tok, s, per_category=3)
     assert [r["category"] for r in rows] == ["chat"] * 3 + [k for k in KINDS for _ in range(3)]
-    answered_chat = set().union(*(answer_prompts_text(tok, s, b) for b in range(s.blocks)))
+    answered_chat = {tok.decode(ids) for b in range(s.blocks) for ids in answer_prompts(tok, s, b)}
     answered_tasks = {tok.decode(ids) for b in range(s.task_blocks) for ids in task_block_prompts(tok, s, b)}
     for r in rows:
         (turn,) = r["turns"]
-        assert turn not in answered_chat and turn not in bench_texts()
+        assert not any(turn in t for t in answered_chat) and turn not in bench_texts()
         assert not any(turn in t for t in answered_tasks)
     assert len({r["turns"][0] for r in rows}) == len(rows)
     assert all(r["turns"][0].lower().startswith(("translate", "please translate", "how would you say",

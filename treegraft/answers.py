@@ -92,30 +92,26 @@ def _fitting(tok, s: AnswerSettings, texts: list[list[str]], skip: set[str], n: 
     return ids, firsts
 
 
-def _block(tok, s: AnswerSettings, block: int) -> tuple[list[list[int]], list[str]]:
-    """(ids, first turns) of one block's prompts, in pool order (module docstring)."""
+def _blocks(tok, s: AnswerSettings, upto: int) -> list[tuple[list[list[int]], list[str]]]:
+    """(ids, first turns) of blocks 0..upto, each in pool order (module docstring), from one pass over the pool."""
     from .distill import sharegpt_conversations
 
     head = [[t for t in p.messages] for p in load_prompts("train")]
     first = head + [[c[0]["content"]] for c in sharegpt_conversations(4 * s.block, s.seed)]
     out, used = _fitting(tok, s, first, set(), s.block)
-    if not block:
-        return out, used
-    pool = [[c[0]["content"]] for c in sharegpt_conversations(10 ** 9, s.seed + 1)]  # the whole file
-    later, firsts = _fitting(tok, s, pool, set(used), block * s.block)
-    return later[(block - 1) * s.block:], firsts[(block - 1) * s.block:]
+    blocks = [(out, used)]
+    if upto:
+        pool = [[c[0]["content"]] for c in sharegpt_conversations(10 ** 9, s.seed + 1)]  # the whole file
+        later, firsts = _fitting(tok, s, pool, set(used), upto * s.block)
+        blocks += [(later[b * s.block:(b + 1) * s.block], firsts[b * s.block:(b + 1) * s.block]) for b in range(upto)]
+    return blocks
 
 
 def answer_prompts(tok, s: AnswerSettings, block: int = 0) -> list[list[int]]:
     """Chat-templated prompt ids of one block (module docstring), shuffled with the seed."""
-    out = _block(tok, s, block)[0]
+    out = _blocks(tok, s, block)[block][0]
     random.Random(s.seed + block).shuffle(out)
     return out
-
-
-def answer_prompts_text(tok, s: AnswerSettings, block: int) -> list[str]:
-    """One block's first turns, in pool order."""
-    return _block(tok, s, block)[1]
 
 
 @torch.no_grad()
@@ -193,8 +189,9 @@ def unseen_suite(tok, s: AnswerSettings, per_category: int = 6) -> list[dict]:
     on the training suite (answered in block 0), it saw a head far better than that and learned to over-call."""
     from .task_prompts import KINDS, _prose
 
-    answered = set().union(*(answer_prompts_text(tok, s, b) for b in range(s.blocks)))  # a pool repeats some
-    chat = [p for p in answer_prompts_text(tok, s, s.blocks) if _prose(p) and p not in answered][:per_category]
+    *done, (_, after) = _blocks(tok, s, s.blocks)
+    answered = {t for _, firsts in done for t in firsts}  # the pool repeats some first turns
+    chat = [p for p in after if _prose(p) and p not in answered][:per_category]
     rows = [{"id": f"unseen-chat-{i + 1:02d}", "category": "chat", "turns": [t]} for i, t in enumerate(chat)]
     tasks = _task_block(tok, s, s.task_blocks)
     for kind in KINDS:

@@ -153,7 +153,7 @@ def share_host_costs(engine, others: list) -> None:
     if not engine.pruner.verify_cost:
         return
     for other in others:
-        if other is not engine and same_target(engine, other):
+        if same_target(engine, other):
             other.pruner.share_host(engine.pruner)
     if engine.pruner.threads:
         torch.set_num_threads(engine.pruner.threads)  # process-wide: the last engine calibrated set it
