@@ -142,6 +142,28 @@ def _sched_transfer(args) -> int:
     return 0
 
 
+def _sched_ceiling(args) -> int:
+    from .scheduler.policy import SchedulerFile
+    from .scheduler.replay import ceiling
+    from .scheduler.train import read_dataset
+
+    pair = load_pair(args.pair, args.models)
+    sched = SchedulerFile.load(Path(args.scheduler) if args.scheduler else resolve_path(pair.scheduler))
+    scales = tuple(float(x) for x in args.mid_scales.split(","))
+    result = ceiling(read_dataset(Path(args.data)), pair.drafting.depth, sched, scales)
+    for scale, rows in result["by_scale"].items():
+        print(f"mid step x{scale} ({result['rounds']} rounds): speedup over AR (mid calls per step)")
+        for cat, row in rows.items():
+            print(f"  {cat:14s} " + "  ".join(f"{k} {v['speedup']:.3f}x ({v['mid_rate']:.2f})"
+                                              for k, v in row.items() if isinstance(v, dict))
+                  + "".join(f"  {c}/all-small {row[f'{c} / all-small']:.3f}, /best single {row[f'{c} / best single']:.3f}"
+                            for c in ("prompt, held out", "prompt ceiling", "ceiling")))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"data": args.data, **result}, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _draft_vocab(args) -> int:
     from .distill import write_draft_vocab
     from .models import load_tokenizer
@@ -324,6 +346,14 @@ def _add_scheduler(sub) -> None:
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--out", default="transfer.json")
     tr.set_defaults(func=_sched_transfer)
+    ce = ssub.add_parser("ceiling", help="on collected rounds: the best any scheduler could do (a hindsight pick of "
+                         "each round's schedule) against all-small, all-mid and a scheduler, at several mid step costs")
+    ce.add_argument("--pair", default="default")
+    ce.add_argument("--data", default="scheduler_data.jsonl")
+    ce.add_argument("--scheduler", default=None, help="scheduler file (default: the pair's)")
+    ce.add_argument("--mid-scales", default="1,0.5,0", help="mid step cost x these (0: a free call)")
+    ce.add_argument("--out", default=None)
+    ce.set_defaults(func=_sched_ceiling)
 
 
 def _add_draft_vocab(sub) -> None:

@@ -93,3 +93,104 @@ def transfer_check(records: list[dict], profiles: list[CostProfile], depth: int,
         log(f"{p.name}: " + ", ".join(f"{k} {v['speedup']:.3f}x (mid {v['mid_rate']:.2f})" for k, v in row.items()))
     return {"train_prompts": len(set(groups[~test])), "test_prompts": len(set(groups[test])),
             "test_rounds": len(test_recs), "profiles": {p.name: p.to_json() for p in profiles}, "replay": out}
+
+
+def modelled(records: list[dict], profile: CostProfile) -> list[dict]:
+    """The records with every trajectory's time taken from `profile`: each draft step at its drafter's step cost,
+    verification at T(verified), the glue (scheduler, bookkeeping) as measured. A hindsight pick among 2^D
+    schedules then picks drafting, not the luckiest clock reading."""
+    out = []
+    for rec in records:
+        trajs = []
+        for tr in rec["trajectories"]:
+            steps = [(profile.mid_ms if a else profile.small_ms) / 1000 for a in tr["schedule"]]
+            glue = tr["t_draft"] - sum(tr["step_s"])
+            trajs.append({**tr, "step_s": steps, "t_draft": glue + sum(steps),
+                          "t_verify": float(profile.T(tr["verified"])) / 1000})
+        out.append({**rec, "trajectories": trajs})
+    return out
+
+
+def hindsight(records: list[dict], per: str = "round") -> list[dict]:
+    """The trajectories a scheduler knowing every outcome would pick, one schedule per round (`per="round"`) or
+    one fixed schedule for all of a prompt's rounds (`per="prompt"`): the choice that maximises throughput over
+    all the rounds, (sum A + 1) / sum t (Dinkelbach: with lam the throughput so far, pick the option with the
+    largest sum of A + 1 - lam t per group, update lam; it rises to the optimum in a few passes). No scheduler
+    with these drafters and costs can beat the per-round pick on these rounds; the per-prompt one is what
+    knowing each prompt's best schedule in advance would give (in-sample, so still optimistic)."""
+    key = (lambda i, r: i) if per == "round" else (lambda i, r: r["prompt_id"])
+    groups: dict = {}
+    for i, r in enumerate(records):
+        groups.setdefault(key(i, r), []).append(r)
+    schedules = [tuple(t["schedule"]) for t in records[0]["trajectories"]]
+    options = {g: [[next(t for t in r["trajectories"] if tuple(t["schedule"]) == s) for r in rs] for s in schedules]
+               for g, rs in groups.items()}  # group -> per schedule, its rounds' trajectories
+    gain = lambda ts, lam: sum(t["A"] + 1 - lam * (t["t_draft"] + t["t_verify"]) for t in ts)  # noqa: E731
+    pick = {g: opts[schedules.index((0,) * len(schedules[0]))] for g, opts in options.items()}
+    for _ in range(50):
+        chosen = [t for ts in pick.values() for t in ts]
+        lam = sum(t["A"] + 1 for t in chosen) / sum(t["t_draft"] + t["t_verify"] for t in chosen)
+        new = {g: max(opts, key=lambda ts: gain(ts, lam)) for g, opts in options.items()}
+        if all(new[g] is pick[g] for g in pick):
+            break
+        pick = new
+    return [t for ts in pick.values() for t in ts]
+
+
+def held_out_prompt_pick(records: list[dict]) -> list[dict]:
+    """For each round, the schedule that was best on the same prompt's other rounds (largest sum of A + 1 -
+    lam t there, lam = all-small's throughput): what knowing, from a prompt's other rounds in hindsight, which
+    schedule pays on that prompt would give on a round it has not seen. If it is no better than all-small, the
+    head's value is round-specific, not something a per-request history could learn."""
+    depth = len(records[0]["trajectories"][0]["schedule"])
+    small = [replay_round(r, fixed_decider((0,) * depth)) for r in records]
+    lam = sum(t["A"] + 1 for t in small) / sum(t["t_draft"] + t["t_verify"] for t in small)
+    by_schedule = [{tuple(t["schedule"]): t for t in r["trajectories"]} for r in records]
+    schedules = list(by_schedule[0])
+    picked = []
+    for i, r in enumerate(records):
+        others = [j for j, q in enumerate(records) if q["prompt_id"] == r["prompt_id"] and j != i]
+        gain = lambda s: sum(by_schedule[j][s]["A"] + 1 - lam * (by_schedule[j][s]["t_draft"]  # noqa: E731
+                                                                  + by_schedule[j][s]["t_verify"]) for j in others)
+        picked.append(by_schedule[i][max(schedules, key=gain) if others else (0,) * depth])
+    return picked
+
+
+def throughput(picked: list[dict], profile: CostProfile) -> dict:
+    tokens = sum(t["A"] + 1 for t in picked)
+    seconds = sum(t["t_draft"] + t["t_verify"] for t in picked)
+    steps = sum(len(t["schedule"]) for t in picked)
+    return {"speedup": tokens / seconds * float(profile.T(0)) / 1000,
+            "mid_rate": sum(sum(t["schedule"]) for t in picked) / steps, "rounds": len(picked)}
+
+
+def ceiling(records: list[dict], depth: int, sched: SchedulerFile | None = None,
+            mid_scales: tuple[float, ...] = (1.0, 0.5, 0.0)) -> dict:
+    """What the mid could add at best on these rounds: for each mid step cost (the collected one x scale), the
+    estimated speedup over AR of all-small, all-mid, the given scheduler, each prompt's best schedule on its other
+    rounds (`held_out_prompt_pick`) and the two hindsight ceilings (best schedule per prompt, best per round),
+    overall and per category, with modelled times (`modelled`). Scale 0 is a free mid call: the head's value
+    alone."""
+    source = CostProfile.of_records(records)
+    cats = sorted({r.get("category", "?") for r in records})
+    out: dict = {"profile": source.to_json(), "rounds": len(records), "by_scale": {}}
+    for scale in mid_scales:
+        prof = source.scaled(f"mid x{scale:g}", mid=scale)
+        recs = modelled(retime(records, source, prof), prof)
+        rows: dict = {}
+        for cat in ["all"] + cats:
+            part = [r for r in recs if cat == "all" or r.get("category", "?") == cat]
+            row = {"all-small": throughput([replay_round(r, fixed_decider((0,) * depth)) for r in part], prof),
+                   "all-mid": throughput([replay_round(r, fixed_decider((MID,) * depth)) for r in part], prof)}
+            if sched is not None:
+                row["scheduler"] = throughput([replay_round(r, scheduler_decider(sched, depth)) for r in part], prof)
+            row["prompt, held out"] = throughput(held_out_prompt_pick(part), prof)
+            row["prompt ceiling"] = throughput(hindsight(part, per="prompt"), prof)
+            row["ceiling"] = throughput(hindsight(part), prof)
+            best = max(row["all-small"]["speedup"], row["all-mid"]["speedup"])
+            for c in ("prompt, held out", "prompt ceiling", "ceiling"):
+                row[f"{c} / all-small"] = row[c]["speedup"] / row["all-small"]["speedup"]
+                row[f"{c} / best single"] = row[c]["speedup"] / best
+            rows[cat] = row
+        out["by_scale"][f"{scale:g}"] = rows
+    return out
