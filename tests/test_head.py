@@ -449,3 +449,46 @@ def test_the_unseen_suite_holds_no_prompt_either_drafter_learned_from(fp32_pair,
     assert all(r["turns"][0].lower().startswith(("translate", "please translate", "how would you say",
                                                  "what does this mean")) for r in rows if r["category"] == "translation")
     assert all("Python function" in r["turns"][0] for r in rows if r["category"] == "code")
+
+
+def test_a_finished_block_is_kept_in_the_store_and_read_on_a_fresh_machine(monkeypatch, tmp_path):
+    """A block answered on one machine goes gzipped into the repository's answer store; a machine whose cache
+    folder is empty reads it from there and answers nothing (no target, no prompt pool), and training from a
+    later block reads only the blocks from there on."""
+    import json
+
+    import treegraft.answers as answers
+    import treegraft.distill_head as dh
+    from treegraft.answers import AnswerSettings
+
+    machine_a, machine_b, store = tmp_path / "a", tmp_path / "b", tmp_path / "store"
+    machine_a.mkdir(), machine_b.mkdir()
+    monkeypatch.setattr(answers, "cache_root", lambda: machine_a)
+    s = AnswerSettings(prompts=6, block=3, store=str(store))
+    gen = torch.Generator().manual_seed(0)
+    rows = {b: [{"ids": torch.randint(0, VOCAB, (40,), generator=gen).tolist(), "prompt_len": 4, "sampled": False}
+                for _ in range(3)] for b in range(2)}
+    for b in range(2):
+        s.cache_file(b).write_text("".join(json.dumps(r) + "\n" for r in rows[b]))
+        assert answers.block_answers(None, None, s, b) == rows[b]  # complete in the cache: kept in the store
+    assert sorted(p.name for p in store.iterdir()) == sorted(f"{s.cache_file(b).name}.gz" for b in range(2))
+    before = {p.name: p.read_bytes() for p in store.iterdir()}
+    monkeypatch.setattr(answers, "cache_root", lambda: machine_b)
+    class WouldAnswer(Exception):
+        pass
+
+    def would_answer(*a):
+        raise WouldAnswer
+
+    monkeypatch.setattr(answers, "answer_prompts", would_answer)
+    assert [answers.block_answers(None, None, s, b) for b in range(2)] == [rows[0], rows[1]]
+    assert {p.name: p.read_bytes() for p in store.iterdir()} == before  # read, not rewritten
+    assert not list(machine_b.iterdir())
+    # without the store the fresh machine would have to answer block 0 again
+    with pytest.raises(WouldAnswer):
+        answers.block_answers(None, None, AnswerSettings(prompts=6, block=3), 0)
+    monkeypatch.setattr(dh, "cache_root", lambda: machine_b)
+    later = AnswerSettings(prompts=6, block=3, store=str(store), first_block=1)
+    ids, _, info = dh.feature_cache(tiny_model(1), None, dh.HeadSettings(seq_len=16, answers=later, data="answers"))
+    assert info["answers"]["answers"] == 3 and ids.shape == (7, 16)  # block 1's 3 answers only
+    assert answers.target_answers(None, None, later) == rows[1]

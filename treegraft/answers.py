@@ -22,6 +22,7 @@ these tokens).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .config import resolve_path
 from .models import cache_root
 from .prompts import load_prompts
 
@@ -47,6 +49,14 @@ class AnswerSettings:
     tasks: int = 0  # task prompts answered too (task_prompts.py; 0 = none; rounded up to whole blocks)
     task_prompt_tokens: int = 384  # their passages make them longer
     task_block: int = 480  # task prompts per block (one cache file each)
+    first_block: int = 0  # train on chat blocks first_block .. blocks - 1 (earlier ones: an earlier head's data)
+    first_task_block: int = 0  # the same for task blocks
+    store: str = ""  # a folder (relative to the repo root) keeping each finished block gzipped; "" = none
+
+    def stored(self, path: Path) -> Path | None:
+        """Where a finished block's file is kept in the repository, so a fresh machine reads it instead of
+        answering the block again (the answer cache under `cache_root` is per machine)."""
+        return resolve_path(self.store) / f"{path.name}.gz" if self.store else None
 
     @property
     def blocks(self) -> int:
@@ -140,7 +150,7 @@ def generate_batch(target, prompts: list[list[int]], s: AnswerSettings, sample: 
 def target_answers(target, tok, s: AnswerSettings) -> list[dict]:
     """[{"ids": prompt + answer, "prompt_len", "sampled"}] for every block, then the task prompts, each made (or
     continued) in its cache file."""
-    rows = [row for b in range(s.blocks) for row in block_answers(target, tok, s, b)]
+    rows = [row for b in range(s.first_block, s.blocks) for row in block_answers(target, tok, s, b)]
     return rows + (task_answers(target, tok, s) if s.tasks else [])
 
 
@@ -153,7 +163,7 @@ def block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
 def task_answers(target, tok, s: AnswerSettings) -> list[dict]:
     """The answers to the task prompts of every task block (`task_prompts.py`: the bench's kinds of request from
     the distillation sources), prompts of up to `task_prompt_tokens`."""
-    return [row for b in range(s.task_blocks) for row in task_block_answers(target, tok, s, b)]
+    return [row for b in range(s.first_task_block, s.task_blocks) for row in task_block_answers(target, tok, s, b)]
 
 
 def task_block_prompts(tok, s: AnswerSettings, block: int) -> list[list[int]]:
@@ -209,13 +219,18 @@ def _answer_file(target, tok, s: AnswerSettings, path: Path, n: int, prompts_fn,
     """The answers to n prompts kept in `path`, made or continued batch by batch; batches are sorted by prompt
     length so that little padding is computed."""
     done = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+    kept = s.stored(path)
+    if len(done) < n and kept is not None and kept.exists():  # answered on another machine
+        done = read_rows(kept)
     if len(done) >= n:  # complete: no need to rebuild (and re-read) its prompt pool
+        keep_rows(kept, done)
         return done
     done = done[: len(done) // s.batch * s.batch]  # whole batches only (a cut one is redone)
     prompts = prompts_fn()
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     batches = [order[i: i + s.batch] for i in range(0, len(order), s.batch)]
     if len(done) >= len(prompts):
+        keep_rows(kept, done)
         return done
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
@@ -234,7 +249,24 @@ def _answer_file(target, tok, s: AnswerSettings, path: Path, n: int, prompts_fn,
                 fh.write(json.dumps(rec) + "\n")
                 done.append(rec)
             fh.flush()
+    keep_rows(kept, done)
     return done
+
+
+def read_rows(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(ln) for ln in fh if ln.strip()]
+
+
+def keep_rows(kept: Path | None, rows: list[dict]) -> None:
+    """A finished block into the repository's store (once; the file is what the next machine reads)."""
+    if kept is None or kept.exists():
+        return
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_suffix(".tmp")
+    with gzip.GzipFile(tmp, "wb", mtime=0) as fh:  # mtime 0: the same rows give the same bytes
+        fh.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    tmp.replace(kept)
 
 
 def pack_windows(samples: list[list[int]], seq_len: int) -> torch.Tensor:

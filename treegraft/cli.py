@@ -31,7 +31,9 @@ def _distill_head(args, pair) -> int:
 
     out = Path(args.out) if args.out else default_out(pair)
     answers = AnswerSettings(prompts=args.answers, max_new_tokens=args.answer_tokens,
-                             sampled_share=args.sampled_share, seed=args.seed, tasks=args.tasks)
+                             sampled_share=args.sampled_share, seed=args.seed, tasks=args.tasks,
+                             first_block=args.first_block, first_task_block=args.first_task_block,
+                             store=args.answer_store)
     s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
                      lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
                      seed=args.seed, data=args.data, answers=answers, patience=args.patience,
@@ -266,6 +268,11 @@ def _add_distill(sub) -> None:
                    help="head: also answer this many task prompts (translation, summaries, context QA, word "
                         "problems, code; composed from the distillation sources, treegraft/task_prompts.py), in "
                         "cached blocks of 480: more only adds blocks")
+    d.add_argument("--first-block", type=int, default=0, help="head: train on chat blocks from this one (earlier "
+                   "blocks: what the --init-from head already learned)")
+    d.add_argument("--first-task-block", type=int, default=0, help="head: the same for task blocks")
+    d.add_argument("--answer-store", default="", help="head: a folder (relative to the repo root) that keeps every "
+                   "finished block gzipped and is read before answering one (models/smollm2-answers for the default)")
     d.add_argument("--answer-tokens", type=int, default=160, help="head: longest answer the target writes")
     d.add_argument("--sampled-share", type=float, default=0.25, help="head: share of answers sampled, not greedy")
     d.add_argument("--patience", type=int, default=3,

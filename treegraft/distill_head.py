@@ -198,11 +198,11 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     if s.data != "text":
         chat = [_cached(a.cache_file(b).with_suffix(f".features-{s.seq_len}.pt"),
                         lambda b=b: _answer_windows(target, s, block_answers(target, tok, a, b)))
-                for b in range(a.blocks)]
+                for b in range(a.first_block, a.blocks)]
         tasks = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"),
                          lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b),
                                                      "task_prompts.py, answered by the target"))
-                 for b in range(a.task_blocks)]
+                 for b in range(a.first_task_block, a.task_blocks)]
         info["answers"] = _summed(chat, {**asdict(a), "blocks": a.blocks})
         if tasks:
             info["tasks"] = _summed(tasks, {"tasks": a.tasks, "blocks": a.task_blocks})

@@ -11,6 +11,7 @@ features by that CV, compute margin labels on canonical states and fit g_psi
 """
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import time
@@ -94,7 +95,10 @@ def collect(engine, prompts, out: Path, drafting: DraftingConfig, rounds_per_pro
 
 
 def read_dataset(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    """Collected rounds, one JSON line each (gzipped where the name ends in .gz)."""
+    path = Path(path)
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
 
 
 def train(records: list[dict], depth: int, select: bool = True, log=print, seed: int = 0, n_keep: int = 6,
