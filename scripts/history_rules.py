@@ -2,8 +2,9 @@
 replay simple history rules against all-small, with modelled times (`replay.modelled`):
   - call the head with schedule S when the n-gram drafter's mean A over the prompt's earlier collected rounds is
     below x (it finds little to copy on this request);
-  - call it with S when S had paid, in hindsight, on the prompt's earlier rounds (mean gain over all-small > x).
-docs/scheduler.md ("the hindsight ceiling") quotes the result.
+  - call it with S when S had paid, in hindsight, on the prompt's earlier rounds (mean gain over all-small > x);
+and how well each recorded scheduler input, alone, separates the rounds where one call at step k pays from the
+rest (ROC AUC; 0.5 = no better than chance). docs/scheduler.md ("the hindsight ceiling") quotes the result.
 
     PYTHONPATH=. .venv/bin/python scripts/history_rules.py docs/bench/sched9/data.jsonl.gz
 """
@@ -13,6 +14,7 @@ from collections import defaultdict
 import numpy as np
 
 from treegraft.scheduler.costs import CostProfile
+from treegraft.scheduler.features import TREE_CANDIDATES, context_names
 from treegraft.scheduler.replay import modelled
 from treegraft.scheduler.train import read_dataset
 
@@ -49,6 +51,23 @@ def main(path: str) -> None:
                         picked.append(traj(r, s) if use else traj(r, SMALL))
                 cells.append(f"{x:g}: {rate(picked) / base:.3f} ({n})")
             print(f"  {s} when {name} " + ", ".join(cells))
+    names = list(TREE_CANDIDATES) + context_names(len(SMALL))
+    for k in (1, 2, 3):
+        s = tuple(int(j == k - 1) for j in range(len(SMALL)))
+        x = np.array([traj(r, SMALL)["features"][k - 1] for r in rounds])
+        pays = np.array([gain(r, s) > 0 for r in rounds])
+        aucs = sorted(((max(a, 1 - a), n) for n, col in zip(names, x.T) if col.std() > 0
+                       for a in [auc(col, pays)]), reverse=True)
+        print(f"one call at step {k} pays on {pays.mean():.2f} of the rounds; inputs by AUC: "
+              + ", ".join(f"{n} {a:.2f}" for a, n in aucs[:6]))
+
+
+def auc(x: np.ndarray, positive: np.ndarray) -> float:
+    """P(a positive's x > a negative's x), ties at random order (Mann-Whitney)."""
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    n1, n0 = positive.sum(), (~positive).sum()
+    return float((ranks[positive].sum() - n1 * (n1 - 1) / 2) / (n1 * n0))
 
 
 if __name__ == "__main__":
