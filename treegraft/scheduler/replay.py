@@ -55,14 +55,26 @@ def replay_round(rec: dict, decide: Decide) -> dict:
     return trajs[prefix]
 
 
+def rate(picked: list[dict]) -> float:
+    """Tokens per second of chosen trajectories: (sum A + 1) / sum t."""
+    return sum(t["A"] + 1 for t in picked) / sum(t["t_draft"] + t["t_verify"] for t in picked)
+
+
+def gain(picked: list[dict], lam: float) -> float:
+    """sum of A + 1 - lam t: positive where the trajectories beat throughput lam."""
+    return sum(t["A"] + 1 - lam * (t["t_draft"] + t["t_verify"]) for t in picked)
+
+
+def throughput(picked: list[dict], profile: CostProfile) -> dict:
+    """Estimated speedup over AR (rate x T(0)) and the mid-call rate per step of chosen trajectories."""
+    steps = sum(len(t["schedule"]) for t in picked)
+    return {"speedup": rate(picked) * float(profile.T(0)) / 1000,
+            "mid_rate": sum(sum(t["schedule"]) for t in picked) / steps, "rounds": len(picked)}
+
+
 def replay(records: list[dict], decide: Decide, profile: CostProfile) -> dict:
     """Estimated speedup over AR and the mid-call rate per step of a policy on (re-timed) rounds."""
-    picked = [replay_round(r, decide) for r in records]
-    tokens = sum(t["A"] + 1 for t in picked)
-    seconds = sum(t["t_draft"] + t["t_verify"] for t in picked)
-    steps = sum(len(t["schedule"]) for t in picked)
-    return {"speedup": tokens / seconds * float(profile.T(0)) / 1000, "mid_rate": sum(sum(t["schedule"])
-            for t in picked) / steps}
+    return throughput([replay_round(r, decide) for r in records], profile)
 
 
 def transfer_check(records: list[dict], profiles: list[CostProfile], depth: int, features: list[str],
@@ -125,11 +137,9 @@ def hindsight(records: list[dict], per: str = "round") -> list[dict]:
     schedules = [tuple(t["schedule"]) for t in records[0]["trajectories"]]
     options = {g: [[next(t for t in r["trajectories"] if tuple(t["schedule"]) == s) for r in rs] for s in schedules]
                for g, rs in groups.items()}  # group -> per schedule, its rounds' trajectories
-    gain = lambda ts, lam: sum(t["A"] + 1 - lam * (t["t_draft"] + t["t_verify"]) for t in ts)  # noqa: E731
     pick = {g: opts[schedules.index((0,) * len(schedules[0]))] for g, opts in options.items()}
     for _ in range(50):
-        chosen = [t for ts in pick.values() for t in ts]
-        lam = sum(t["A"] + 1 for t in chosen) / sum(t["t_draft"] + t["t_verify"] for t in chosen)
+        lam = rate([t for ts in pick.values() for t in ts])
         new = {g: max(opts, key=lambda ts: gain(ts, lam)) for g, opts in options.items()}
         if all(new[g] is pick[g] for g in pick):
             break
@@ -143,25 +153,14 @@ def held_out_prompt_pick(records: list[dict]) -> list[dict]:
     schedule pays on that prompt would give on a round it has not seen. If it is no better than all-small, the
     head's value is round-specific, not something a per-request history could learn."""
     depth = len(records[0]["trajectories"][0]["schedule"])
-    small = [replay_round(r, fixed_decider((0,) * depth)) for r in records]
-    lam = sum(t["A"] + 1 for t in small) / sum(t["t_draft"] + t["t_verify"] for t in small)
+    lam = rate([replay_round(r, fixed_decider((0,) * depth)) for r in records])
     by_schedule = [{tuple(t["schedule"]): t for t in r["trajectories"]} for r in records]
-    schedules = list(by_schedule[0])
     picked = []
     for i, r in enumerate(records):
-        others = [j for j, q in enumerate(records) if q["prompt_id"] == r["prompt_id"] and j != i]
-        gain = lambda s: sum(by_schedule[j][s]["A"] + 1 - lam * (by_schedule[j][s]["t_draft"]  # noqa: E731
-                                                                  + by_schedule[j][s]["t_verify"]) for j in others)
-        picked.append(by_schedule[i][max(schedules, key=gain) if others else (0,) * depth])
+        others = [b for j, (q, b) in enumerate(zip(records, by_schedule)) if q["prompt_id"] == r["prompt_id"] and j != i]
+        best = max(by_schedule[i], key=lambda s: gain([b[s] for b in others], lam)) if others else (0,) * depth
+        picked.append(by_schedule[i][best])
     return picked
-
-
-def throughput(picked: list[dict], profile: CostProfile) -> dict:
-    tokens = sum(t["A"] + 1 for t in picked)
-    seconds = sum(t["t_draft"] + t["t_verify"] for t in picked)
-    steps = sum(len(t["schedule"]) for t in picked)
-    return {"speedup": tokens / seconds * float(profile.T(0)) / 1000,
-            "mid_rate": sum(sum(t["schedule"]) for t in picked) / steps, "rounds": len(picked)}
 
 
 def ceiling(records: list[dict], depth: int, sched: SchedulerFile | None = None,
