@@ -139,12 +139,20 @@ def presentation_mode(page):
     page.locator("#present input[type=checkbox]").check()
     page.wait_for_function("document.body.classList.contains('tg-present')")
     assert not page.locator("#controls").is_visible() and page.locator("#timeline-plot").is_visible()
-    height = "document.querySelector('#tree-plot .js-plotly-plot').layout.height"
+    # the height the tree is drawn at, not layout.height: Gradio's Plot calls Plotly.Plots.resize after each draw,
+    # which (a figure with a height but no width) deletes layout.height 100 ms later and autosizes to the drawn
+    # height, so layout.height reads None unless a poll lands in those 100 ms (the flaky check of 97ec212 / stop 36)
+    tree = "document.querySelector('#tree-plot .js-plotly-plot')"
+    height = f"{tree}.getBoundingClientRect().height"
     try:
-        page.wait_for_function(f"{height} >= 720", timeout=60_000)
+        page.wait_for_function(f"(({tree}.layout.meta.tg || {{}}).key || '').includes(':present:') && {height} >= 720",
+                               timeout=60_000)
     except Exception:
+        plots = page.evaluate("""() => [...document.querySelectorAll('#tree-plot .js-plotly-plot')].map(gd =>
+            ({height: gd.getBoundingClientRect().height, drawn: (gd._fullLayout || {}).height,
+              shown: gd.offsetParent !== null, key: gd._tgKey || '', title: ((gd.layout || {}).title || {}).text}))""")
         raise AssertionError(f"presentation mode: the tree is {page.evaluate(f'() => {height}')} px high, "
-                             f"not >= 720; title {title(page)!r}") from None
+                             f"not >= 720; title {title(page)!r}; tree plots {plots}") from None
     page.screenshot(path=str(ARTIFACTS / "app-present.png"), full_page=False)
     page.locator("#header").evaluate("e => e.blur && document.activeElement.blur()")
     page.keyboard.press("p")

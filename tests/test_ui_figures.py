@@ -1,6 +1,7 @@
 """Figure builders are pure: trace in, figure out (no server, no model)."""
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -184,3 +185,28 @@ def test_cost_figure_shows_the_hosts_curve_floor_and_b_ver():
     assert "T(8) = 1.12 x T(1)" in fig.layout.title.text
     empty = cost_figure({})
     assert not empty.data and "not measured" in empty.layout.title.text
+
+
+def test_round_views_follow_the_presentation_checkbox_not_a_stale_state():
+    """A round opened while presentation mode was toggled (its state still saying 'normal') is drawn in the
+    checkbox's style, so a round click racing the toggle cannot shrink the tree back."""
+    import gradio as gr
+
+    from ui import view as v
+    from ui.app_blocks import on_plot_click, open_round, place, set_show
+    from ui.runtime import Runtime
+    from ui.style import NORMAL, PRESENT
+
+    res = GenerationResult(pair="default", method="treegraft", prompt_tokens=10, new_tokens=[1, 3, 9], text=" a c!",
+                           wall_s=.1, prefill_s=.01, dtype="float32", device="cpu", settings={},
+                           rounds=[hand_round()[0]], token_strings=STRINGS)
+    runtime = Runtime()
+    with gr.Blocks():
+        app = place(runtime, runtime.statuses())
+    run, stale = app.run, v.replay_view(res)  # stale: present=False
+    for out in (open_round(run)(stale, 1, True), set_show(run)(stale, "all", True),
+                on_plot_click(run, app.compare)("timeline-plot:1:0", "", "", stale, True)):
+        assert out[run.state].present and out[run.tree_plot].layout.height >= PRESENT.tree_height
+    out = open_round(run)(replace(stale, present=True), 1, False)
+    assert not out[run.state].present and out[run.tree_plot].layout.height < PRESENT.tree_height
+    assert NORMAL.tree_height < PRESENT.tree_height

@@ -88,8 +88,10 @@ def wire(app: App, runtime: Runtime, statuses) -> None:
                    concurrency_limit=1, concurrency_id="engine", api_name="generate")
     c.stop_btn.click(request_stop, None, run.status, queue=False)
     round_outputs = [run.tree_plot, run.caption, run.round_slider, run.timeline_plot, run.state]
-    run.round_slider.input(open_round(run), [run.state, run.round_slider], round_outputs, api_name="open_round")
-    run.show.input(set_show(run), [run.state, run.show], round_outputs, api_visibility="private")
+    # each view handler reads the presentation checkbox itself, so a toggle racing it cannot be undone by its state
+    run.round_slider.input(open_round(run), [run.state, run.round_slider, app.present], round_outputs,
+                           api_name="open_round")
+    run.show.input(set_show(run), [run.state, run.show, app.present], round_outputs, api_visibility="private")
     loaded = run.api_outputs()
     app.gallery.pick.input(load_gallery(run), [app.gallery.pick, run.state], loaded, api_name="load_gallery")
     app.gallery.upload.upload(load_upload(run), [app.gallery.upload, run.state], loaded, api_name="load_trace")
@@ -106,15 +108,15 @@ def wire(app: App, runtime: Runtime, statuses) -> None:
 
 
 def open_round(run: RunPanel):
-    def handler(view: v.View, round_no):
-        return run.round_view(v.with_round(view, round_no))
+    def handler(view: v.View, round_no, present: bool):
+        return run.round_view(v.with_round(replace(view, present=bool(present)), round_no))
 
     return handler
 
 
 def set_show(run: RunPanel):
-    def handler(view: v.View, show: str):
-        return run.round_view(replace(view, show=show))
+    def handler(view: v.View, show: str, present: bool):
+        return run.round_view(replace(view, show=show, present=bool(present)))
 
     return handler
 
@@ -179,7 +181,7 @@ def on_plot_click(run: RunPanel, cmp: ComparePanel):
         except ValueError:
             return {}
         if plot == "timeline-plot":
-            return run.round_view(v.with_round(view, round_no))
+            return run.round_view(v.with_round(replace(view, present=bool(present)), round_no))
         side = "a" if plot.endswith("-a") else "b"
         return cmp.side(side, resolve(a if side == "a" else b, view), round_no, bool(present))
 
