@@ -102,8 +102,19 @@ def test_real_browser(app_url, tmp_path):
         page.locator("#max-new input[type=number]").fill("16")
         page.locator("#max-new input[type=number]").press("Enter")
         page.locator("#generate").click()
+        # presentation mode switched on while the run streams: its later frames and its final tree keep that style
+        page.wait_for_function("document.querySelector('#status') && "
+                               "/Round \\d|Done\\./.test(document.querySelector('#status').innerText)", timeout=240_000)
+        page.locator("#header").click()
+        page.keyboard.press("p")
+        page.wait_for_function("document.body.classList.contains('tg-present')")
         page.wait_for_function("document.querySelector('#status') && "
                                "document.querySelector('#status').innerText.includes('Done.')", timeout=240_000)
+        tree_key = "((document.querySelector('#tree-plot .js-plotly-plot').layout.meta || {}).tg || {}).key || ''"
+        page.wait_for_function(f"({tree_key}).includes(':present:')", timeout=30_000)
+        page.keyboard.press("p")
+        page.wait_for_function(f"!document.body.classList.contains('tg-present') && ({tree_key}).includes(':normal:')",
+                               timeout=30_000)
         points = page.locator("#tree-plot .scatterlayer .trace .points path.point")
         assert points.count() >= 2
         # every drafted node is drawn: the verified tree filled (root + kept nodes), the pruned ones hollow

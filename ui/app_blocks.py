@@ -14,7 +14,7 @@ from . import view as v
 from .client import PRESENT_JS, page_js
 from .compare import compare_html
 from .gallery import load_entry
-from .generation import compare_order, make_generate, request_stop  # noqa: F401  (compare_order: tests)
+from .generation import compare_order, make_generate, request_stop, set_presenting  # noqa: F401  (compare_order: tests)
 from .panels import THIS_RUN, ComparePanel, Controls, GalleryPanel, RunPanel
 from .runtime import Runtime
 from .trace_io import TraceError, load_trace
@@ -122,7 +122,8 @@ def set_show(run: RunPanel):
 
 
 def restyle(run: RunPanel):
-    def handler(present: bool, view: v.View):
+    def handler(present: bool, view: v.View, request: gr.Request):
+        set_presenting(request, present)  # a generation streaming now follows the toggle
         return run.restyle(replace(view, present=bool(present)))
 
     return handler

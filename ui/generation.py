@@ -31,6 +31,7 @@ BASELINES = ["ar", "all-small", "all-mid"]
 FRAME_INTERVAL_S = 0.35  # the fastest the browser is asked to redraw the tree while streaming
 MAX_PROMPT_CHARS = 20_000
 _stop_flags: dict[str, threading.Event] = {}
+_presenting: dict[str, bool] = {}  # session -> presentation mode as last toggled, read by that session's running stream
 _rotation = itertools.count()
 
 
@@ -124,6 +125,16 @@ def request_stop(request: gr.Request):
     return "Stopping after the current round..."
 
 
+def set_presenting(request: gr.Request | None, on: bool) -> None:
+    """Presentation mode toggled: a generation streaming in this session draws its next frames in that style."""
+    if request is not None and request.session_hash:
+        _presenting[request.session_hash] = bool(on)
+
+
+def presenting(session: str | None, default: bool) -> bool:
+    return _presenting.get(session, default) if session else default
+
+
 def live_record(rounds: list, started: float) -> dict:
     return {"wall_s": time.perf_counter() - started, "tokens": sum(r.accepted + 1 for r in rounds), "done": False,
             "mean_accepted": sum(r.accepted for r in rounds) / len(rounds), "rounds": len(rounds)}
@@ -144,8 +155,9 @@ def worker(engine, lock, args, stop) -> queue.Queue:
     return q
 
 
-def stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view: View, stop):
-    """Stream throttled live frames of the chosen method, then its finished state."""
+def stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view: View, stop, session: str | None = None):
+    """Stream throttled live frames of the chosen method, then its finished state (in the presentation style the
+    session's checkbox has now, so toggling it mid-run is not undone by the next frame)."""
     q = worker(engine, lock, (ids, spec, drafting, gen, seed), stop)
     rounds, last_frame, strings, t0 = [], 0.0, {}, time.perf_counter()
     while True:
@@ -153,7 +165,7 @@ def stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view: View,
         if isinstance(item, Exception):
             raise gr.Error(f"Generation failed: {item}")
         if isinstance(item, GenerationResult):
-            view.result, view.round_no = item, 0
+            view.result, view.round_no, view.present = item, 0, presenting(session, view.present)
             view.runs[spec.label] = run_record(item, done=True)
             yield panel.final(view, f"**{spec.label}** finished: {len(item.new_tokens)} tokens.")
             return
@@ -162,6 +174,7 @@ def stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view: View,
             last_frame = time.perf_counter()
             strings.update(engine.token_strings([item]))
             view.runs[spec.label] = live_record(rounds, t0)
+            view.present = presenting(session, view.present)
             view.result = GenerationResult(pair="", method=spec.label, prompt_tokens=len(ids), new_tokens=[],
                                            text="", wall_s=0.0, prefill_s=0.0, dtype="", device="", settings={},
                                            rounds=list(rounds), token_strings=dict(strings))
@@ -178,17 +191,18 @@ def make_generate(runtime: Runtime, statuses, panel):
         stop = _stop_flags.setdefault(request.session_hash, threading.Event())
         stop.clear()
         view = View(order=compare_order(spec.label, r.compare), dtype=engine.dtype_name, show=old.show,
-                    present=old.present)
+                    present=presenting(request.session_hash, old.present))
         lock, seed = runtime.locks[r.pair], int(r.seed)
         with lock:
             warm_up(engine, ids, spec, drafting, gen, seed)
-        yield from stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view, stop)
+        yield from stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view, stop, request.session_hash)
         for label in view.order[1:]:
             if stop.is_set():
                 break
             with lock:
                 res = engine.generate(ids, MethodSpec(label), drafting, gen, seed, should_stop=stop.is_set)
             view.runs[label] = run_record(res, done=not stop.is_set())
+            view.present = presenting(request.session_hash, view.present)
             yield panel.counters_update(view, f"Compared with **{label}**.")
         yield panel.counters_update(view, "Done." if not stop.is_set() else "Stopped.", with_files=True)
         _stop_flags.pop(request.session_hash, None)
