@@ -42,15 +42,19 @@ def tiny():
     return target, tiny_head(target)
 
 
-@pytest.mark.parametrize("small_batch", [False, True])
-def test_head_matches_sequential(tiny, small_batch):
+@pytest.mark.parametrize("small_batch,prefilled", [(False, False), (True, False), (False, True)])
+def test_head_matches_sequential(tiny, small_batch, prefilled):
     """Three mid steps on one tree: n-gram-grown nodes under unvisited parents are evaluated in levels; the
-    scores the same whether the output rows run stock or on the measured small-batch CPU paths."""
+    scores the same whether the output rows run stock or on the measured small-batch CPU paths, and whether
+    the prompt was fed in the prefill or by the first call."""
     target, head = tiny
     drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB, small_batch=small_batch)
     assert hasattr(drafter.scorer, "kernel_table") == small_batch
     feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
     drafter.start(feats)
+    if prefilled:
+        drafter.prefill(PROMPT)
+        assert drafter.cached == drafter.cache.get_seq_length() == len(PROMPT) - 1
     rng = np.random.default_rng(0)
     tree = DraftTree.new(PROMPT[-1], capacity=200)
     grow(tree, rng, 6, SMALL, 1)
@@ -93,6 +97,19 @@ def assert_head_state_is_a_plain_pass(engine, committed: list[int], atol: float)
     for got, want in zip(engine.mid.cache.layers, cache.layers):
         assert got.keys.shape == want.keys.shape
         assert torch.allclose(got.keys, want.keys, atol=atol) and torch.allclose(got.values, want.values, atol=atol)
+
+
+@pytest.mark.parametrize("method,fed", [("all-mid", True), ("treegraft", True), ("fixed", True), ("csd", True),
+                                         ("all-small", False)])
+def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_may_call_it(method, fed):
+    """EAGLE's prefill: a method that may call the mid feeds it the prompt at the start (a plain head pass), so
+    its first call pays only for the tokens committed since; all-small never calls it and does not."""
+    engine = _tiny_head_engine()
+    s = engine.start(PROMPT, MethodSpec(method), DraftingConfig(depth=3, width=4, top_k=3, budget=12),
+                     GenerationConfig(max_new_tokens=20))
+    assert engine.mid.cached == (len(PROMPT) - 1 if fed else 0)
+    if fed:
+        assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
 
 
 def test_head_cache_and_features_after_rounds_equal_plain_pass():

@@ -114,12 +114,16 @@ def test_lead_rows_come_with_the_forward_and_equal_rows_read_alone(fp32_pair, pr
     assert not TargetModel(fp32_pair.target, lazy=False).lead_rows  # an eager head has every row anyway
 
 
-def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(lm_pair, prefix):
-    """Second evaluation reuses the cached slots of the first (ancestors already evaluated). (The LM mid;
-    the draft head's equivalent is tests/test_head.py and the head test below.)"""
+@pytest.mark.parametrize("prefilled", [False, True])
+def test_mid_pool_logits_equal_plain_pass_across_two_mid_steps(lm_pair, prefix, prefilled):
+    """Second evaluation reuses the cached slots of the first (ancestors already evaluated); the same when the
+    prompt was fed in the prefill. (The LM mid; the draft head's equivalent is tests/test_head.py.)"""
     fp32_pair = lm_pair
     mid = MidDrafter(fp32_pair.mid, len(fp32_pair.tokenizer))
     mid.start()
+    if prefilled:
+        mid.prefill(prefix)
+        assert mid.cached == len(prefix) - 1 and mid.cache.get_seq_length() == len(prefix) - 1
     mid.begin_round()
     tree = random_tree(prefix[-1], 12, 2000, seed=2)
     first = np.arange(tree.n)

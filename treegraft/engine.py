@@ -285,6 +285,8 @@ class Engine:
             s.verify_growth = self.pruner.verify_cost.growth()
         self.target.start(s.committed)
         self.mid.start(self.target.features)
+        if plan is not None and plan.calls_mid:  # the mid reads the prompt in the prefill, as the target does
+            self.mid.prefill(s.committed)
         return s
 
     def finished(self, s: Session) -> str | None:

@@ -69,6 +69,7 @@ class Decision:
 class Policy:
     name = "policy"
     note: str | None = None  # said once in the result (e.g. a fallback)
+    calls_mid = True  # whether it may ever call the mid (if so, the mid is fed the prompt in the prefill)
 
     def start_round(self) -> None:
         """Called before each round's first step."""
@@ -79,6 +80,7 @@ class Policy:
 
 class AllSmall(Policy):
     name = "all-small"
+    calls_mid = False
 
     def decide(self, state: StepState) -> Decision:
         return Decision(SMALL)
@@ -96,6 +98,7 @@ class Fixed(Policy):
 
     def __init__(self, schedule: tuple[int, ...]):
         self.schedule = tuple(schedule)
+        self.calls_mid = any(self.schedule)
 
     def decide(self, state: StepState) -> Decision:
         return Decision(MID if self.schedule[(state.k - 1) % len(self.schedule)] else SMALL)
@@ -155,6 +158,7 @@ class Stepwise:
         self.policy = policy
         self.drafters = drafters  # SMALL / MID -> a drafter with .step(session, tree, k) -> StepTrace
         self.note = policy.note
+        self.calls_mid = policy.calls_mid
 
     def with_policy(self, policy: Policy) -> "Stepwise":
         """The same drafters under another policy (scheduler data collection replays schedules)."""

@@ -21,6 +21,7 @@ from .graft import refresh_children
 
 class Cascade:
     note = None
+    calls_mid = True
 
     def __init__(self, mid):
         self.mid = mid

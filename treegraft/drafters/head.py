@@ -166,6 +166,19 @@ class HeadDrafter:
         self.prev[1 + n: 1 + n + m] = features
         self.n_feats = n + m
 
+    @torch.no_grad()
+    def prefill(self, committed: list[int]) -> None:
+        """Feed the committed tokens but the last (the prompt, at the start) with their real features now, as
+        EAGLE does in the target's prefill, so a first call pays only for what was committed after it (the
+        same rows, inputs and cache as that call's first level would have fed). Called between rounds."""
+        pending = committed[self.cached: len(committed) - 1]
+        if pending:
+            feats = self.prev[self.cached: self.cached + len(pending)][None]  # [1, p, H]
+            ids, mask, positions = tree_layout(None, pending, np.zeros(0, dtype=np.int64), self.cached,
+                                               self.cache.get_seq_length(), {}, self.dtype, self.device)
+            self._forward(feats, ids, mask, positions)
+            self.cached += len(pending)
+
     def begin_round(self) -> None:
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
         self.node_feat: dict[int, torch.Tensor] = {}  # node -> the head's feature f(v) [H], this round

@@ -61,6 +61,18 @@ class MidDrafter:
     def start(self, target_features: torch.Tensor | None = None) -> None:
         self.cache, self.cached, self.slots = GrowingCache(), 0, {}
 
+    @torch.no_grad()
+    def prefill(self, committed: list[int]) -> None:
+        """Feed the committed tokens but the last (the prompt, at the start) now, as the target's prefill does,
+        so a first call pays only for what was committed after it. Called between rounds (no node slots)."""
+        pending = committed[self.cached: len(committed) - 1]
+        if pending:
+            ids, mask, positions = tree_layout(None, pending, np.zeros(0, dtype=np.int64), self.cached,
+                                               self.cache.get_seq_length(), {}, self.dtype, self.device)
+            self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self.cache,
+                             use_cache=True)
+            self.cached += len(pending)
+
     def begin_round(self) -> None:
         self.slots = {}
 
@@ -134,7 +146,7 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
 
 
 @profiled("mask")
-def tree_layout(tree: DraftTree, pending: list[int], nodes: np.ndarray, base: int, cache_len: int,
+def tree_layout(tree: DraftTree | None, pending: list[int], nodes: np.ndarray, base: int, cache_len: int,
                 slots: dict[int, int], dtype: torch.dtype, device: torch.device):
     """ids [1, p + n], additive mask [1, 1, p + n, cache_len + p + n], positions [1, p + n] for a drafter
     forward over `pending` committed tokens then `nodes` (index order). The cache holds `base` committed
@@ -149,7 +161,7 @@ def tree_layout(tree: DraftTree, pending: list[int], nodes: np.ndarray, base: in
     for i, v in enumerate(nodes):
         for a in path_to(tree, int(v)):
             visible[p + i, slots[a] if a in slots else cache_len + row[a]] = True
-    root_pos = base + p
-    positions = np.concatenate([np.arange(base, base + p), root_pos + tree.depth[nodes]])
-    ids = torch.tensor([pending + tree.token[nodes].tolist()], device=device)  # [1, p + n]
+    depth, tokens = (tree.depth[nodes], tree.token[nodes].tolist()) if n else (np.zeros(0, dtype=np.int64), [])
+    positions = np.concatenate([np.arange(base, base + p), base + p + depth])
+    ids = torch.tensor([pending + tokens], device=device)  # [1, p + n]
     return ids, additive_mask(visible, dtype, device), torch.from_numpy(positions)[None].to(device)
