@@ -99,13 +99,16 @@ def assert_head_state_is_a_plain_pass(engine, committed: list[int], atol: float)
         assert torch.allclose(got.keys, want.keys, atol=atol) and torch.allclose(got.values, want.values, atol=atol)
 
 
-@pytest.mark.parametrize("method,fed", [("all-mid", True), ("treegraft", True), ("fixed", True), ("csd", True),
-                                         ("all-small", False)])
-def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_may_call_it(method, fed):
+@pytest.mark.parametrize("method,prefill,fed", [("all-mid", True, True), ("treegraft", True, True),
+                                                 ("fixed", True, True), ("csd", True, True),
+                                                 ("all-small", True, False), ("all-mid", False, False)])
+def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_may_call_it(method, prefill, fed):
     """EAGLE's prefill: a method that may call the mid feeds it the prompt at the start (a plain head pass), so
-    its first call pays only for the tokens committed since; all-small never calls it and does not."""
+    its first call pays only for the tokens committed since; all-small never calls it and does not, nor does
+    the ablation (mid_prefill off)."""
     engine = _tiny_head_engine()
-    s = engine.start(PROMPT, MethodSpec(method), DraftingConfig(depth=3, width=4, top_k=3, budget=12),
+    s = engine.start(PROMPT, MethodSpec(method), DraftingConfig(depth=3, width=4, top_k=3, budget=12,
+                                                                mid_prefill=prefill),
                      GenerationConfig(max_new_tokens=20))
     assert engine.mid.cached == (len(PROMPT) - 1 if fed else 0)
     if fed:

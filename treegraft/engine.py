@@ -285,7 +285,7 @@ class Engine:
             s.verify_growth = self.pruner.verify_cost.growth()
         self.target.start(s.committed)
         self.mid.start(self.target.features)
-        if plan is not None and plan.calls_mid:  # the mid reads the prompt in the prefill, as the target does
+        if plan is not None and plan.calls_mid and drafting.mid_prefill:  # the prompt, as the target reads it
             self.mid.prefill(s.committed)
         return s
 
