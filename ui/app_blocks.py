@@ -14,7 +14,8 @@ from . import view as v
 from .client import PRESENT_JS, page_js
 from .compare import compare_html
 from .gallery import load_entry
-from .generation import compare_order, make_generate, request_stop, set_presenting  # noqa: F401  (compare_order: tests)
+from .generation import (compare_order, make_generate, request_stop,  # noqa: F401  (compare_order: tests)
+                         set_presenting)
 from .panels import THIS_RUN, ComparePanel, Controls, GalleryPanel, RunPanel
 from .runtime import Runtime
 from .trace_io import TraceError, load_trace
