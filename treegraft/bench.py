@@ -52,7 +52,8 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     :scores=paper|calibrated (how a node's p is set, tree.py), :sp=paper|shared (a small step's pool,
     tree.small_sites), :ex=all|keepable (which pool nodes a step expands, prune.expandable), :corpus=off (the
     n-gram drafter without the pair's corpus), :pf=off (the mid fed the prompt by its first call, not in the
-    prefill). So one run can sweep the tree's shape side by side, e.g. `all-small,all-small:d=3,all-small:w=4:k=2`. Values are validated as in models.yaml."""
+    prefill). So one run can sweep the tree's shape side by side, e.g. `all-small,all-small:d=3,all-small:w=4:k=2`.
+    Values are validated as in models.yaml."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
         body, _, pair = label.partition("@")
