@@ -158,7 +158,10 @@ class Stepwise:
         self.policy = policy
         self.drafters = drafters  # SMALL / MID -> a drafter with .step(session, tree, k) -> StepTrace
         self.note = policy.note
-        self.calls_mid = policy.calls_mid
+
+    @property
+    def calls_mid(self) -> bool:
+        return self.policy.calls_mid
 
     def with_policy(self, policy: Policy) -> "Stepwise":
         """The same drafters under another policy (scheduler data collection replays schedules)."""

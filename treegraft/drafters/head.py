@@ -52,7 +52,7 @@ from transformers import AutoConfig, AutoModel
 from ..kv import GrowingCache, keep_slots
 from ..profile import profiled
 from ..tree import DraftTree, node_levels
-from .neural import MidScores, draft_output, tree_layout
+from .neural import MidScores, committed_layout, draft_output, tree_layout
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_CONFIG = "config.json"
@@ -174,8 +174,8 @@ class HeadDrafter:
         pending = committed[self.cached: len(committed) - 1]
         if pending:
             feats = self.prev[self.cached: self.cached + len(pending)][None]  # [1, p, H]
-            ids, mask, positions = tree_layout(None, pending, np.zeros(0, dtype=np.int64), self.cached,
-                                               self.cache.get_seq_length(), {}, self.dtype, self.device)
+            ids, mask, positions = committed_layout(pending, self.cached, self.cache.get_seq_length(), self.dtype,
+                                                    self.device)
             self._forward(feats, ids, mask, positions)
             self.cached += len(pending)
 

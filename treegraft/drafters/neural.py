@@ -67,8 +67,8 @@ class MidDrafter:
         so a first call pays only for what was committed after it. Called between rounds (no node slots)."""
         pending = committed[self.cached: len(committed) - 1]
         if pending:
-            ids, mask, positions = tree_layout(None, pending, np.zeros(0, dtype=np.int64), self.cached,
-                                               self.cache.get_seq_length(), {}, self.dtype, self.device)
+            ids, mask, positions = committed_layout(pending, self.cached, self.cache.get_seq_length(), self.dtype,
+                                                    self.device)
             self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self.cache,
                              use_cache=True)
             self.cached += len(pending)
@@ -143,6 +143,11 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
 
         use_cpu_kernels(scorer)
     return scorer.requires_grad_(False), vocab, col_of
+
+
+def committed_layout(pending: list[int], base: int, cache_len: int, dtype: torch.dtype, device: torch.device):
+    """`tree_layout` for committed tokens alone (a prefill): causal over them, after the cache's `base` slots."""
+    return tree_layout(None, pending, np.zeros(0, dtype=np.int64), base, cache_len, {}, dtype, device)
 
 
 @profiled("mask")
