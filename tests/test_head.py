@@ -115,6 +115,46 @@ def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_may_call_it(met
         assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
 
 
+class _ThirdRoundOnly:
+    """A policy of the learned scheduler's kind (it may never call the mid): the mid at step 2 of round 3 only."""
+
+    name, calls_mid, calls_every_round, note = "third-round", True, False, None
+
+    def __init__(self):
+        self.rounds = 0
+
+    def start_round(self) -> None:
+        self.rounds += 1
+
+    def decide(self, st):
+        from treegraft.methods import Decision
+
+        return Decision(MID if self.rounds == 3 and st.k == 2 else SMALL)
+
+
+def test_a_policy_that_may_never_call_the_mid_feeds_it_the_prompt_at_its_first_call(monkeypatch):
+    """The learned scheduler's kind of policy: no head pass at the start (a generation where it never calls
+    the mid pays nothing for it); its first call feeds every committed token but the last in one plain pass,
+    timed as `mid_prefill` apart from the call's own `mid_forward`; the head's cache is then a plain pass, and
+    the output is the target's greedy one."""
+    import treegraft.methods as methods
+
+    monkeypatch.setattr(methods, "make_policy", lambda *a, **k: _ThirdRoundOnly())
+    engine = _tiny_head_engine()
+    drafting, gen = DraftingConfig(depth=3, width=4, top_k=3, budget=12), GenerationConfig(max_new_tokens=24)
+    ar = engine.generate(PROMPT, MethodSpec("ar"), drafting, gen)
+    s = engine.start(PROMPT, MethodSpec("treegraft"), drafting, gen)
+    assert s.prompt_at_first_call and engine.mid.cached == 0
+    traces = [engine.speculative_round(s) for _ in range(3)]
+    assert all("mid_prefill" not in t.profile_ms and "mid_forward" not in t.profile_ms for t in traces[:2])
+    assert engine.mid.cached >= len(PROMPT) - 1
+    assert traces[2].profile_ms["mid_prefill"] > 0 and traces[2].profile_ms["mid_forward"] > 0
+    assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
+    while engine.finished(s) is None:
+        engine.speculative_round(s)
+    assert engine.trim(s.new_tokens, gen.max_new_tokens) == ar.new_tokens
+
+
 def test_head_cache_and_features_after_rounds_equal_plain_pass():
     engine = _tiny_head_engine()
     s = engine.start(PROMPT, MethodSpec("all-mid"), DraftingConfig(depth=3, width=4, top_k=3, budget=12),

@@ -52,8 +52,10 @@ class DraftingConfig(_Strict):
     mid_levels: int | None = Field(None, ge=1, le=64, description="a mid step scores only pool nodes at most "
                                    "this many unevaluated ancestors deep (the draft head runs one forward per such "
                                    "level); deeper ones wait for a later call. None: every one (SPEC 2.1)")
-    mid_prefill: bool = Field(True, description="a method that may call the mid feeds it the prompt in the "
-                              "prefill (as EAGLE does); False: its first call does (the ablation)")
+    mid_prefill: bool = Field(True, description="the mid reads the prompt in one plain pass of its own: in the "
+                              "prefill (as EAGLE does) for a method that calls it every round, at its first call "
+                              "for the learned scheduler, which may never call it (timed as `mid_prefill`); "
+                              "False: inside its first call's tree forward (the ablation)")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "

@@ -47,6 +47,7 @@ class Session:
     t_target_ms: float = 0.0  # running means: the scheduler's timing inputs
     t_mid_ms: float = 0.0
     verify_growth: float = 0.0  # log T(8) / T(0) measured at load (the pruner's calibration)
+    prompt_at_first_call: bool = False  # the mid reads the prompt at its first call, not in the prefill
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -285,8 +286,11 @@ class Engine:
             s.verify_growth = self.pruner.verify_cost.growth()
         self.target.start(s.committed)
         self.mid.start(self.target.features)
-        if plan is not None and plan.calls_mid and drafting.mid_prefill:  # the prompt, as the target reads it
-            self.mid.prefill(s.committed)
+        if plan is not None and plan.calls_mid and drafting.mid_prefill:
+            if plan.calls_every_round:  # the prompt, as the target reads it (EAGLE)
+                self.mid.prefill(s.committed)
+            else:  # a policy that may never call it (the learned scheduler) feeds it the prompt when it first does
+                s.prompt_at_first_call = True
         return s
 
     def finished(self, s: Session) -> str | None:

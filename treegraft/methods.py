@@ -69,7 +69,9 @@ class Decision:
 class Policy:
     name = "policy"
     note: str | None = None  # said once in the result (e.g. a fallback)
-    calls_mid = True  # whether it may ever call the mid (if so, the mid is fed the prompt in the prefill)
+    calls_mid = True  # whether it may ever call the mid (if not, the mid is never fed the prompt)
+    calls_every_round = True  # whether it calls the mid in (nearly) every round: then the mid reads the prompt in
+    # the prefill; a policy that calls it only where it pays (the learned scheduler) feeds it at its first call
 
     def start_round(self) -> None:
         """Called before each round's first step."""
@@ -80,7 +82,7 @@ class Policy:
 
 class AllSmall(Policy):
     name = "all-small"
-    calls_mid = False
+    calls_mid = calls_every_round = False
 
     def decide(self, state: StepState) -> Decision:
         return Decision(SMALL)
@@ -98,7 +100,7 @@ class Fixed(Policy):
 
     def __init__(self, schedule: tuple[int, ...]):
         self.schedule = tuple(schedule)
-        self.calls_mid = any(self.schedule)
+        self.calls_mid = self.calls_every_round = any(self.schedule)
 
     def decide(self, state: StepState) -> Decision:
         return Decision(MID if self.schedule[(state.k - 1) % len(self.schedule)] else SMALL)
@@ -163,6 +165,10 @@ class Stepwise:
     def calls_mid(self) -> bool:
         return self.policy.calls_mid
 
+    @property
+    def calls_every_round(self) -> bool:
+        return self.policy.calls_every_round
+
     def with_policy(self, policy: Policy) -> "Stepwise":
         """The same drafters under another policy (scheduler data collection replays schedules)."""
         return Stepwise(policy, self.drafters)
@@ -174,6 +180,9 @@ class Stepwise:
         for k in range(1, s.drafting.depth + 1):
             decision = decide(self.policy, s.step_state(tree, k, actions))
             sched_s = watch.lap()
+            if decision.action == MID and s.prompt_at_first_call:
+                self.drafters[MID].feed_prompt(s)  # once: the prompt, not this step's cost (nor t_mid's)
+                watch.lap()
             step = self.drafters[decision.action].step(s, tree, k)
             step.draft_s, step.sched_s = watch.lap(), sched_s
             step.margin, step.features = decision.margin, decision.features

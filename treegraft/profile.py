@@ -20,7 +20,7 @@ import torch
 
 from .kv import timed
 
-FORWARD_PARTS = ("target_forward", "mid_forward")
+FORWARD_PARTS = ("target_forward", "mid_forward", "mid_prefill")  # mid_prefill: the prompt fed at a first call
 BOOKKEEPING_PARTS = ("tree", "ngram", "scheduler", "prune", "mask", "accept", "kv", "trace", "other")
 
 _ACTIVE: ContextVar["Profile | None"] = ContextVar("treegraft_profile", default=None)

@@ -21,7 +21,7 @@ from .graft import refresh_children
 
 class Cascade:
     note = None
-    calls_mid = True
+    calls_mid = calls_every_round = True
 
     def __init__(self, mid):
         self.mid = mid

@@ -109,6 +109,7 @@ class LearnedPolicy(Policy):
     paper's rule; training raises it only where that removes false positives that cost time)."""
 
     name = "treegraft"
+    calls_every_round = False  # it calls the mid where that pays: the prompt is fed at its first call
 
     def __init__(self, sched: SchedulerFile, width: int, top_k: int, budget_b0: int | None = None):
         self.sched, self.b0 = sched, budget_b0
@@ -128,6 +129,7 @@ class OraclePolicy(Policy):
     """Search every future with f_theta at each step (SPEC 4: the paper finds this collapses)."""
 
     name = "oracle"
+    calls_every_round = False
 
     def __init__(self, sched: SchedulerFile, width: int, top_k: int):
         self.sched = sched
