@@ -102,10 +102,11 @@ def assert_head_state_is_a_plain_pass(engine, committed: list[int], atol: float)
 @pytest.mark.parametrize("method,prefill,fed", [("all-mid", True, True), ("treegraft", True, True),
                                                  ("fixed", True, True), ("csd", True, True),
                                                  ("all-small", True, False), ("all-mid", False, False)])
-def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_may_call_it(method, prefill, fed):
-    """EAGLE's prefill: a method that may call the mid feeds it the prompt at the start (a plain head pass), so
-    its first call pays only for the tokens committed since; all-small never calls it and does not, nor does
-    the ablation (mid_prefill off)."""
+def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_calls_it_every_round(method, prefill, fed):
+    """EAGLE's prefill: a method that calls the mid every round feeds it the prompt at the start (a plain head
+    pass), so its first call pays only for the tokens committed since (treegraft here: the tiny pair has no
+    scheduler, so it runs the fixed schedule); all-small never calls it and does not, nor does the ablation
+    (mid_prefill off)."""
     engine = _tiny_head_engine()
     s = engine.start(PROMPT, MethodSpec(method), DraftingConfig(depth=3, width=4, top_k=3, budget=12,
                                                                 mid_prefill=prefill),
