@@ -148,7 +148,7 @@ def test_a_policy_that_may_never_call_the_mid_feeds_it_the_prompt_at_its_first_c
     assert s.prompt_at_first_call and engine.mid.cached == 0
     traces = [engine.speculative_round(s) for _ in range(3)]
     assert all("mid_prefill" not in t.profile_ms and "mid_forward" not in t.profile_ms for t in traces[:2])
-    assert engine.mid.cached >= len(PROMPT) - 1
+    assert engine.mid.cached >= len(PROMPT) - 1 and not s.prompt_at_first_call  # fed once
     assert traces[2].profile_ms["mid_prefill"] > 0 and traces[2].profile_ms["mid_forward"] > 0
     assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
     while engine.finished(s) is None:

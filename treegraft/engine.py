@@ -47,7 +47,7 @@ class Session:
     t_target_ms: float = 0.0  # running means: the scheduler's timing inputs
     t_mid_ms: float = 0.0
     verify_growth: float = 0.0  # log T(8) / T(0) measured at load (the pruner's calibration)
-    prompt_at_first_call: bool = False  # the mid reads the prompt at its first call, not in the prefill
+    prompt_at_first_call: bool = False  # the mid is still to read the prompt, at its first call (not in the prefill)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -229,12 +229,12 @@ class Engine:
         is learned or committed (the pruner, the timing means, the n-gram index and both caches are as before),
         so every trial of a collected round starts from the same state. Scheduler data collection records
         its steps, A (`acc.accepted_tokens`), t_D (`draft_s`), t_V (`verify_s`) and the verified count."""
-        saved, mid_state = s.plan, self.mid.snapshot()
+        saved, mid_state, unfed = s.plan, self.mid.snapshot(), s.prompt_at_first_call
         s.plan = saved.with_policy(policy)
         try:
             v = self.draft_and_verify(s)  # no active profile: a trial is not a round
         finally:
-            s.plan = saved
+            s.plan, s.prompt_at_first_call = saved, unfed
             self.target.rollback()
             self.mid.rollback(mid_state)
         return v

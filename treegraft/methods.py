@@ -182,6 +182,7 @@ class Stepwise:
             sched_s = watch.lap()
             if decision.action == MID and s.prompt_at_first_call:
                 self.drafters[MID].feed_prompt(s)  # once: the prompt, not this step's cost (nor t_mid's)
+                s.prompt_at_first_call = False
                 watch.lap()
             step = self.drafters[decision.action].step(s, tree, k)
             step.draft_s, step.sched_s = watch.lap(), sched_s

@@ -54,9 +54,8 @@ class MidGrafter:
     def feed_prompt(self, s) -> None:
         """The mid's prefill at its first call (`Session.prompt_at_first_call`): the committed tokens but the last in
         one plain pass, timed as prefill work (`mid_prefill`), not as a step's; the call then feeds only the tree,
-        as after a prefill at the start. No-op once the mid holds them (a rollback to none feeds them again)."""
-        if s.prompt_at_first_call and self.mid.cached == 0:
-            self.mid.prefill(s.committed)
+        as after a prefill at the start."""
+        self.mid.prefill(s.committed)
 
     def step(self, s, tree: DraftTree, k: int) -> StepTrace:
         leaf_depth, n_k, pool, batch = self._pool(tree, s.drafting.mid_levels)
