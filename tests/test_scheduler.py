@@ -187,6 +187,27 @@ def test_scheduler_inputs_are_clipped_to_the_training_range():
     assert again(np.array([[5.0, -3.0]])) == pytest.approx(net(np.array([[1.0, 0.0]])))
 
 
+def test_folded_scheduler_net_computes_the_normalised_mlp():
+    """g_psi is evaluated with its input and output normalisations folded into its first and last layers: the same
+    function as normalise -> layers -> de-normalise, on inputs inside and outside the training range."""
+    from treegraft.scheduler.policy import NumpyMLP
+
+    rng = np.random.default_rng(1)
+    layers = [(rng.normal(size=(16, 5)).astype(np.float32), rng.normal(size=16).astype(np.float32)),
+              (rng.normal(size=(8, 16)).astype(np.float32), rng.normal(size=8).astype(np.float32)),
+              (rng.normal(size=(1, 8)).astype(np.float32), rng.normal(size=1).astype(np.float32))]
+    mean, std = rng.normal(size=5).astype(np.float32), rng.uniform(0.1, 3, size=5).astype(np.float32)
+    net = NumpyMLP(layers, mean, std, np.array([0.3], np.float32), np.array([2.5], np.float32))
+    net.clip_to(rng.normal(size=(50, 5)) * 2)
+    x = rng.normal(size=(200, 5)).astype(np.float32) * 3
+    h = (np.clip(x, net.x_lo, net.x_hi) - mean) / std
+    for i, (w, b) in enumerate(layers):
+        h = h @ w.T + b
+        h = np.maximum(h, 0) if i < len(layers) - 1 else h
+    assert net(x) == pytest.approx(h * 2.5 + 0.3, rel=1e-4, abs=1e-4)
+    assert net(x[:1]).shape == (1, 1)
+
+
 def test_features_asked_one_by_one_equal_the_full_set():
     """The online scheduler computes only the signals its file names; each equals the collected full set's."""
     import math
