@@ -55,8 +55,8 @@ distill: install
 # the committed head)
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 5120 --tasks 2880 \
-		--first-block 6 --first-task-block 4 --answer-store models/smollm2-answers --depths 2 \
+	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 5760 --tasks 3360 \
+		--first-block 7 --first-task-block 5 --answer-store models/smollm2-answers --depths 2 \
 		--loss candidates --precision auto --minutes 18 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
 

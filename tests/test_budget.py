@@ -152,9 +152,9 @@ def cost_curve(engine, ms: dict, pinned: bool = False):
     """Run with this verification cost curve, then restore the engine's own. pinned: the rounds do not
     re-measure it (the real times would otherwise replace the curve under test after the first round)."""
     pruner = engine.pruner
-    fields = ("verify_cost", "host_b", "chosen", "round_tokens", "round_ms")
+    fields = ("verify_cost", "probe_cost", "host_b", "chosen", "round_tokens", "round_ms")
     saved = {k: copy.deepcopy(getattr(pruner, k)) for k in fields}
-    pruner.verify_cost, pruner.host_b = VerifyCost(), None
+    pruner.verify_cost, pruner.probe_cost, pruner.host_b = VerifyCost(), VerifyCost(), None  # B_ver reads this curve
     pruner.chosen.clear()  # what the cut verified under another curve does not size these drafts
     pruner.round_tokens = pruner.round_ms = 0.0
     pruner.verify_cost.ms = dict(ms)

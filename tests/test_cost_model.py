@@ -74,14 +74,41 @@ def test_a_uniformly_slower_host_keeps_its_b_ver():
 
 
 def test_b_ver_moves_at_most_one_bucket_per_update():
-    p, sizes = calibrated(ScriptedHost()), probe_sizes(63)
+    """Where no calibration probed the curve (only rounds measure it), B_ver follows the rounds one bucket at a time."""
+    p, sizes = Pruner(), probe_sizes(63)
+    for n, ms in QUIET.items():
+        p.verify_cost.observe(n, ms)
+    p.update_host_budget(63, CAP)
     before = bucket_of(p.host_b, sizes)
-    for _ in range(9):  # rounds see plain steps get much slower (a burst of load on 1-token forwards only)
+    for _ in range(9):  # rounds find 8-token forwards much slower (load on them only)
         p.verify_cost.observe(7, 400.0)
         p.update_host_budget(63, CAP)
         after = bucket_of(p.host_b, sizes)
         assert abs(after - before) <= 1
         before = after
+    assert p.host_b == 5  # it got there, one bucket at a time
+
+
+def test_rounds_refine_the_cuts_curve_and_leave_b_ver_to_the_probes():
+    """Verified rounds time their forwards after drafting, at the sizes the cut chose: slower per node than the
+    calibration's back-to-back probes. They refine T(n) for the cut; B_ver stays where the probes put it."""
+    from treegraft.tree import SMALL, DraftTree, add_child
+
+    p = calibrated(ScriptedHost())
+    b = p.host_budget(63, CAP)
+    tree = DraftTree.new(1, capacity=16)
+    for i in range(15):  # a chain of 15 nodes under the root
+        add_child(tree, i, 7, -0.5, SMALL, 1)
+    for _ in range(30):
+        p.learn(tree, np.arange(1, 16), [0], 2.0 * QUIET[15], None, 63, CAP, round_ms=250.0)
+    assert np.median(p.verify_cost.samples[15]) == 2 * QUIET[15]  # the cut prices what rounds measured
+    assert p.verify_cost.ms[15] > 1.5 * QUIET[15]
+    assert p.probe_cost.ms == pytest.approx(QUIET) and p.host_budget(63, CAP) == b
+    uncalibrated = Pruner()  # no probes: the rounds' curve is all B_ver has
+    for n, ms in QUIET.items():
+        uncalibrated.verify_cost.observe(n, ms)
+    uncalibrated.learn(tree, np.arange(1, 12), [0], QUIET[11], None, 63, CAP)
+    assert uncalibrated.host_b == 11
 
 
 def test_rounds_refine_the_curve_by_median():

@@ -292,8 +292,9 @@ def report(summary: dict, meta: dict) -> str:
 
 
 def cost_table(meta: dict) -> list[str]:
-    """The host's verification cost T(tokens) (the pruner's monotone fit after calibration), against T(1) and the
-    memory floor, and the B_ver it allows."""
+    """The host's verification cost T(tokens) (the calibration's probes, a monotone fit), against T(1) and the
+    memory floor, and the B_ver it allows; below it the same curve refined by the run's rounds (what the cut
+    prices)."""
     host = meta.get("host") or {}
     curve = {int(k): v for k, v in (host.get("verify_ms") or {}).items()}
     if not curve:
@@ -303,11 +304,15 @@ def cost_table(meta: dict) -> list[str]:
              f"One target forward over n tokens (root + n - 1 tree nodes), ms; memory floor of a step (reading every "
              f"weight once) {fmt(host.get('memory_floor_ms'), '.1f')} ms; one more logits row (lazy head) "
              f"{fmt(host.get('row_ms'), '.1f')} ms. **B_ver on this host: {host.get('b_ver')}** nodes; torch threads "
-             f"chosen by the calibration: {host.get('threads') or '-'}.", "",
+             f"chosen by the calibration: {host.get('threads') or '-'}. T: the calibration's interleaved probes (what B_ver "
+             f"reads); T in rounds: that fit refined by the verified rounds (what the cut prices).", "",
              "| tokens | " + " | ".join(str(n) for n in curve) + " |", "|---|" + "---|" * len(curve),
              "| T ms | " + " | ".join(f"{v:.1f}" for v in curve.values()) + " |"]
     if t1:
         lines.append("| / T(1) | " + " | ".join(f"{v / t1:.2f}" for v in curve.values()) + " |")
+    rounds = {int(k): v for k, v in (host.get("verify_ms_rounds") or {}).items()}
+    if rounds and rounds != curve:
+        lines.append("| T in rounds ms | " + " | ".join(fmt(rounds.get(n), ".1f") for n in curve) + " |")
     return lines
 
 

@@ -121,15 +121,19 @@ class Engine:
         self.pruner, self.timing_ms = copy.deepcopy(state.pruner), dict(state.timing_ms)
 
     def host_costs(self, drafting: DraftingConfig | None = None) -> dict:
-        """What this host measured: T(n) by tokens verified (n + 1 with the root; the pruner's monotone fit), the
-        memory floor of a step, a lazily computed logits row, and the B_ver the curve allows."""
+        """What this host measured: T(n) by tokens verified (n + 1 with the root; monotone fits) in the calibration's
+        probes (`verify_ms`, what B_ver reads) and refined by the rounds (`verify_ms_rounds`, what the cut prices),
+        the memory floor of a step, a lazily computed logits row, and the B_ver the probes allow."""
         cost = self.pruner.verify_cost
         if not cost:
             return {}
         b = self.pruner.host_budget(drafting.budget, drafting.verify_cost_cap) if drafting else self.pruner.host_b
         probes = set(probe_sizes(max(cost.ms)))  # the calibration's sizes, not the odd sizes rounds added
-        curve = {n + 1: round(t, 2) for n, t in cost.ms.items() if n in probes}
-        return {"verify_ms": curve,
+
+        def at_probes(c) -> dict[int, float]:
+            return {n + 1: round(t, 2) for n, t in c.ms.items() if n in probes}
+
+        return {"verify_ms": at_probes(self.pruner.probe_cost or cost), "verify_ms_rounds": at_probes(cost),
                 "memory_floor_ms": round(self.target.memory_floor_ms(), 2), "row_ms": round(self.pruner.row_ms, 2),
                 "b_ver": b, "threads": self.pruner.threads}
 

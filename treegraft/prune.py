@@ -7,7 +7,8 @@ Three budgets, each defined once (names as in `DraftingConfig`):
 - the cost-aware cut (`adaptive_budget`): of those, `Pruner.select` verifies only the
   n <= B_ver that pay for their verification time on this host (below). With it, B_ver
   itself follows the host (`verify_cost_cap`, default 1.6): it shrinks to the largest
-  probed n whose measured T(n) <= cap x T(0). Where verification is nearly flat in n
+  probed n whose T(n) <= cap x T(0) in the calibration's probes (like-for-like forwards,
+  interleaved: not the rounds', see `Pruner.probe_cost`). Where verification is nearly flat in n
   (a GPU, a CPU with fast bf16 matrix units) trees grow to the configured 63; where each
   node costs (a 2-core AVX2 CPU in fp32: T(8) ~ 1.5 T(0)) they stay small.
 - B0 (`mid_budget`): the most mid calls a round may make (the scheduler's; see
@@ -311,12 +312,17 @@ def bucket_of(n: int, sizes: list[int]) -> int:
 class Pruner:
     """B_ver, then the cost-aware cut; learns T(n) and the acceptance model from each verification.
 
-    B_ver on this host (`host_b`) is re-derived from the curve after every committed round, and moves at
-    most one probe bucket per update: a noisy minute can nudge it, never collapse it."""
+    B_ver on this host (`host_b`) is set by the calibration's probes (`probe_cost`: medians of interleaved
+    passes, so one slow probe moves it at most one bucket; see tests/test_cost_model.py). The rounds
+    refine T(n) (`verify_cost`) for the cut, not B_ver: a round's forward runs after its drafting, not back to
+    back with the other sizes, and only at the sizes the cut chose, so a ratio over the refined fit compares
+    unlike timings (on a Zen 5 host, six all-small generations raised T(16) 25.1 -> 29.4 ms and moved B_ver
+    23 -> 15 with nothing else on the host)."""
 
     def __init__(self):
         self.acceptance = AcceptanceModel()  # learned across generations
-        self.verify_cost = VerifyCost()
+        self.verify_cost = VerifyCost()  # T(n): the calibration's probes, refined by every verified round (the cut)
+        self.probe_cost = VerifyCost()  # T(n): the calibration's probes alone (B_ver)
         self.head_cost = VerifyCost()  # H: the output head's ms by rows - 1 (lazy targets; calibrated once)
         self.row_ms = 0.0  # the head over one more row (a lazily computed accepted row): running mean
         self.host_b: int | None = None  # B_ver on this host, once measured
@@ -327,7 +333,7 @@ class Pruner:
         self.chosen: deque = deque(maxlen=CHOSEN_WINDOW)  # nodes the cut verified in the recent rounds (inf: all)
         self._cut: float = math.inf  # the last select's verified count where the cut left nodes out (inf: none)
 
-    HOST_FIELDS = ("verify_cost", "head_cost", "row_ms", "host_b", "threads")  # what the target costs on this host
+    HOST_FIELDS = ("verify_cost", "probe_cost", "head_cost", "row_ms", "host_b", "threads")  # the target's costs here
 
     def share_host(self, other: "Pruner") -> None:
         """Take `other`'s measurements of the target's costs on this host (T(n), the head's H, a row's ms, B_ver,
@@ -413,12 +419,14 @@ class Pruner:
         return min(budget, self.host_b if self.host_b is not None else self.curve_budget(budget, cap))
 
     def curve_budget(self, budget: int, cap: float) -> int:
-        """What the curve alone allows, snapped down to a probe bucket."""
-        sizes = probe_sizes(budget)
-        return sizes[bucket_of(min(budget, self.verify_cost.largest_within(cap)), sizes)]
+        """What the probes' curve alone allows (the refined one where nothing was probed), snapped down to a
+        probe bucket."""
+        sizes, curve = probe_sizes(budget), self.probe_cost or self.verify_cost
+        return sizes[bucket_of(min(budget, curve.largest_within(cap)), sizes)]
 
     def update_host_budget(self, budget: int, cap: float | None) -> None:
-        """Move host_b one probe bucket toward what the curve now allows (set it outright the first time)."""
+        """Move host_b one probe bucket toward what the curve now allows (set it outright the first time; after a
+        calibration only the probes set it, so this moves it only where no calibration ran)."""
         if cap is None or not self.verify_cost:
             return
         sizes, want = probe_sizes(budget), self.curve_budget(budget, cap)
@@ -432,7 +440,8 @@ class Pruner:
     def learn(self, tree: DraftTree, kept: np.ndarray, path: list[int], verify_ms: float, row_ms: float | None,
               budget: int, cap: float | None, round_ms: float | None = None) -> None:
         """What the cut chose taught: T(len(kept)) (the forward's own time), the cost of one more head row, the
-        acceptance of the verified nodes, B_ver on this host, and (given the round's ms) the rounds' rate rho:
+        acceptance of the verified nodes, B_ver (only where no calibration probed the curve), and (given the round's
+        ms) the rounds' rate rho:
         len(path) tokens committed (the accepted nodes and the bonus token)."""
         self.verify_cost.observe(len(kept), verify_ms)
         self.chosen.append(self._cut)
@@ -444,7 +453,8 @@ class Pruner:
             self.row_ms = row_ms if self.row_ms == 0.0 else 0.9 * self.row_ms + 0.1 * row_ms
         self.acceptance.update(tree, kept, path)
         self.idle = self.idle + 1 if len(kept) == 0 and tree.n > 1 else 0  # learned here, so trials leave it
-        self.update_host_budget(budget, cap)
+        if not self.probe_cost:  # no calibration to read B_ver from: the rounds' curve is all there is
+            self.update_host_budget(budget, cap)
 
     def calibrate(self, target, prompt_ids: list[int], budget: int, cap: float | None = None, passes: int = 3,
                   clock=None, threads: list[int] | None = None) -> None:
@@ -484,6 +494,7 @@ class Pruner:
         for n, ts in timings[best].items():
             for ms in ts:
                 self.verify_cost.observe(n, ms)
+                self.probe_cost.observe(n, ms)
         if getattr(target, "lead_rows", False):  # H(rows): the head's batched calls (the root + lead rows)
             for i, rows in enumerate([HEAD_ROWS[-1]] + list(HEAD_ROWS) * passes):  # the first one warms up
                 ms = target.head_ms(rows, clock)

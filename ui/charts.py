@@ -93,13 +93,14 @@ def speedup_figure(runs: dict[str, dict], style: Style = NORMAL) -> go.Figure:
 
 
 def cost_figure(host: dict, rounds: list[RoundTrace] = (), style: Style = NORMAL) -> go.Figure:
-    """This host's measured verification cost T(tokens) against one plain decoding step and the memory floor,
-    with each round of the run (tokens it verified, its verification time) and the B_ver the curve allows."""
+    """This host's verification cost T(tokens) as the calibration probed it (what B_ver reads), against one plain
+    decoding step and the memory floor, with each round of the run (tokens it verified, its verification time) and
+    the B_ver the curve allows."""
     fig = go.Figure()
     curve = {int(k): float(v) for k, v in (host or {}).get("verify_ms", {}).items()}
     if curve:
         xs = sorted(curve)
-        fig.add_trace(go.Scatter(x=xs, y=[curve[x] for x in xs], mode="lines+markers", name="T(n) measured",
+        fig.add_trace(go.Scatter(x=xs, y=[curve[x] for x in xs], mode="lines+markers", name="T(n) probed (calibration)",
                                  line={"color": COLORS["small"]},
                                  hovertemplate="%{x} tokens: %{y:.1f} ms<extra></extra>"))
         pts = [(int(sum(r.tree.kept)), 1000 * r.verify_s) for r in rounds if r.steps]
