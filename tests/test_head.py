@@ -71,6 +71,49 @@ def test_head_matches_sequential(tiny, small_batch, prefilled):
     assert drafter.cached == len(PROMPT) - 1
 
 
+def test_a_two_layer_head_matches_sequential_and_saves_its_layers(tmp_path):
+    """A head of two decoder layers: its tree scores equal the sequential computation, and it saves and loads as
+    two layers."""
+    target = tiny_model(1)
+    head = tiny_head(target, layers=2)
+    drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB)
+    drafter.start(target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0])
+    tree = DraftTree.new(PROMPT[-1], capacity=60)
+    grow(tree, np.random.default_rng(1), 12, SMALL, 1)
+    batch = unvisited_closure(tree, mid_pool(tree))
+    scores = drafter.evaluate(tree, PROMPT, batch)
+    for i, v in enumerate(batch.tolist()):
+        ref = sequential_logq(head, target, PROMPT, [int(tree.token[u]) for u in path_to(tree, v)][1:])
+        assert torch.allclose(scores.logq[i], ref, atol=ATOL)
+    save_head(head, tmp_path, {})
+    again = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
+    assert again.layers == 2
+    ids, feats = torch.tensor([PROMPT]), torch.randn(1, len(PROMPT), target.config.hidden_size)
+    assert torch.equal(again(feats, ids), head(feats, ids))
+
+
+def test_a_head_grown_by_a_layer_starts_as_the_trained_head(tmp_path):
+    """`--head-layers 2 --init-from` a one-layer head: the new layer starts as the identity, so the grown head
+    computes exactly what the trained one did, and only training moves it away; a head cannot start from one with
+    more layers than it has."""
+    from treegraft.distill_head import start_from
+    from treegraft.drafters.head import DraftHead
+
+    target = tiny_model(1)
+    one = tiny_head(target)
+    save_head(one, tmp_path / "one", {})
+    grown = DraftHead.from_target(target, layers=2)
+    start_from(grown, tmp_path / "one")
+    save_head(grown, tmp_path / "two", {})
+    with pytest.raises(ValueError, match="more than the 1 layer"):
+        start_from(DraftHead.from_target(target), tmp_path / "two")
+    ids, feats = torch.tensor([PROMPT]), torch.randn(1, len(PROMPT), target.config.hidden_size)
+    with torch.no_grad():
+        assert torch.allclose(grown(feats, ids), one(feats, ids), atol=1e-6)
+        grown.body.layers[1].mlp.down_proj.weight.normal_(0, 0.3)
+        assert not torch.allclose(grown(feats, ids), one(feats, ids), atol=1e-3)
+
+
 def test_levels_follow_unvisited_parents():
     tree = DraftTree.new(1, capacity=8)
     a, _ = add_child(tree, 0, 2, -1.0, SMALL, 1)

@@ -38,12 +38,12 @@ def tiny_pair() -> LoadedPair:
                       torch.float32)
 
 
-def tiny_head(target, seed: int = 3):
+def tiny_head(target, seed: int = 3, layers: int = 1):
     """A randomly initialised draft head on a tiny target (drafters/head.py)."""
     from treegraft.drafters.head import DraftHead
 
     torch.manual_seed(seed)
-    head = DraftHead(target.config, target.get_input_embeddings()).float().eval().requires_grad_(False)
+    head = DraftHead(target.config, target.get_input_embeddings(), layers).float().eval().requires_grad_(False)
     with torch.no_grad():
         for p in head.parameters():
             if p.dim() == 2 and p is not target.get_input_embeddings().weight:

@@ -38,7 +38,7 @@ def _distill_head(args, pair) -> int:
                      lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
                      seed=args.seed, data=args.data, answers=answers, patience=args.patience,
                      eval_every=args.eval_every, init_from=args.init_from, loss=args.loss,
-                     candidates=args.candidates, precision=args.precision)
+                     candidates=args.candidates, precision=args.precision, layers=args.head_layers)
     if args.profile_step:
         print(json.dumps(profile_step(pair, s), indent=2))
         return 0
@@ -283,6 +283,9 @@ def _add_distill(sub) -> None:
                         "on depth-1 top-1 agreement (same suite)")
     d.add_argument("--windows", type=int, default=800, help="head: text windows (data text/mix)")
     d.add_argument("--depths", type=int, default=3, help="head: unrolled passes in training (HASS style)")
+    d.add_argument("--head-layers", type=int, default=1, choices=range(1, 5), metavar="{1..4}",
+                   help="head: decoder layers; more than the --init-from head has: its layers first, each new one "
+                        "starting as the identity (the grown head starts as the trained one)")
     d.add_argument("--loss", choices=["full", "candidates"], default="full",
                    help="head: KL over the whole draft vocabulary, or over one candidate set per batch (cheaper)")
     d.add_argument("--candidates", type=int, default=1024, help="head: tokens in the candidates loss's set")

@@ -86,6 +86,7 @@ class HeadSettings:
     eval_every: int = 50
     patience: int = 3  # evaluations without a better depth-1 agreement before the deeper passes start
     init_from: str | None = None  # start from the weights of a saved head folder (not its optimiser)
+    layers: int = 1  # decoder layers; more than init_from's: its layers first, the new ones start as the identity
     loss: str = "full"  # full | candidates (module docstring)
     candidates: int = 1024  # |C| of the candidates loss
     cand_top: int = 8  # the target's top tokens per position that C always holds
@@ -258,14 +259,27 @@ def train_head(pair: PairConfig, out: Path, s: HeadSettings, resume: bool = Fals
     ids, feats, info = feature_cache(target, tok, s)
     print(f"data: {len(ids)} windows x {s.seq_len} tokens ({s.data}), ready in {time.time() - t0:.0f}s", flush=True)
     meta = {"target": pair.target.describe(), "draft_vocab": len(rows), "data": info}
-    head = DraftHead.from_target(target)
+    head = DraftHead.from_target(target, s.layers)
     if s.init_from and not (resume and (out / "train_state.pt").exists()):  # a resumed run has its own weights
-        from safetensors.torch import load_file
-
-        head.load_state_dict(load_file(str(Path(s.init_from) / HEAD_WEIGHTS)), strict=False)
+        start_from(head, Path(s.init_from))
         meta["init_from"] = {"folder": s.init_from, **{k: v for k, v in _read_meta(Path(s.init_from)).items()
                                                          if k in ("steps", "tokens_seen", "train_minutes")}}
     return fit(head.to(device), ids, feats, rows, s, out, resume, meta)
+
+
+def start_from(head: DraftHead, folder: Path) -> None:
+    """Load a saved head's weights into `head` (made by `DraftHead.from_target`). A head with more layers than the
+    saved one keeps its further layers' identity start, so it computes what the saved head did."""
+    from safetensors.torch import load_file
+
+    saved = load_file(str(folder / HEAD_WEIGHTS))
+    if any(k.startswith(f"body.layers.{head.layers}.") for k in saved):
+        raise ValueError(f"{folder} has more than the {head.layers} layer(s) asked for (--head-layers)")
+    result = head.load_state_dict(saved, strict=False)
+    missing = [k for k in result.missing_keys
+               if not k.startswith("body.embed_tokens") and not k.startswith("body.layers.")]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"{folder / HEAD_WEIGHTS}: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
 
 
 def _read_meta(folder: Path) -> dict:

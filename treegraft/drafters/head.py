@@ -59,16 +59,16 @@ HEAD_CONFIG = "config.json"
 
 
 class DraftHead(nn.Module):
-    """fc([feature; embedding]) -> one stock decoder layer -> the target's final norm type."""
+    """fc([feature; embedding]) -> `layers` stock decoder layers (one by default) -> the target's final norm type."""
 
-    def __init__(self, config, embeddings: nn.Embedding):
+    def __init__(self, config, embeddings: nn.Embedding, layers: int = 1):
         super().__init__()
-        cfg = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": 1, "vocab_size": 1,
+        cfg = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": layers, "vocab_size": 1,
                                             "pad_token_id": None, "bos_token_id": None, "eos_token_id": None})
         h = cfg.hidden_size
         self.config = cfg
         self.fc = nn.Linear(2 * h, h, bias=False)
-        self.body = AutoModel.from_config(cfg, dtype=torch.float32)  # a 1-layer model of the target's class
+        self.body = AutoModel.from_config(cfg, dtype=torch.float32)  # a `layers`-layer model of the target's class
         self.body.embed_tokens = embeddings  # the target's own, frozen, not saved
 
     def forward(self, feats: torch.Tensor, ids: torch.Tensor, **kw) -> torch.Tensor:
@@ -79,12 +79,22 @@ class DraftHead(nn.Module):
     def own_state(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("body.embed_tokens")}
 
+    @property
+    def layers(self) -> int:
+        return len(self.body.layers)
+
     @classmethod
-    def from_target(cls, target) -> "DraftHead":
-        """A fresh head for a target: its layer and norm initialised from the target's last ones."""
-        head = cls(target.config, target.get_input_embeddings())
-        last = target.model.layers[-1].state_dict()
-        head.body.layers[0].load_state_dict({k: v.float() for k, v in last.items()})
+    def from_target(cls, target, layers: int = 1) -> "DraftHead":
+        """A fresh head for a target: its first layer and norm initialised from the target's last ones; any further
+        layer from the target's last one too, with its two residual outputs (attention's o_proj, the MLP's
+        down_proj) zeroed, so that it starts as the identity and a head grown from a trained one-layer head
+        (`grow`) starts as that head."""
+        head = cls(target.config, target.get_input_embeddings(), layers)
+        last = {k: v.float() for k, v in target.model.layers[-1].state_dict().items()}
+        for i, layer in enumerate(head.body.layers):
+            layer.load_state_dict(last)
+            if i:
+                identity(layer)
         head.body.norm.load_state_dict({k: v.float() for k, v in target.model.norm.state_dict().items()})
         with torch.no_grad():  # start as "feature + embedding" so the first steps already see both
             eye = torch.eye(head.config.hidden_size)
@@ -92,12 +102,19 @@ class DraftHead(nn.Module):
         return head
 
 
+def identity(layer: nn.Module) -> None:
+    """Zero a pre-norm decoder layer's residual outputs: the layer then passes its input through unchanged."""
+    with torch.no_grad():
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+
+
 def save_head(head: DraftHead, out: Path, meta: dict) -> None:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = head.config.to_dict()
-    cfg["treegraft_head"] = {"kind": "eagle", "layers": 1}
+    cfg["treegraft_head"] = {"kind": "eagle", "layers": head.layers}
     (out / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2))
     state = {k: v.detach().float().contiguous() for k, v in head.own_state().items()}
     save_file(state, str(out / HEAD_WEIGHTS), metadata={"format": "pt"})
@@ -116,7 +133,7 @@ def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) ->
                          f"the target {target.config.hidden_size}")
     drop = ("treegraft_head", "bos_token_id", "eos_token_id", "pad_token_id")  # no vocabulary of its own
     config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in drop})
-    head = DraftHead(config, target.get_input_embeddings())
+    head = DraftHead(config, target.get_input_embeddings(), int(cfg["treegraft_head"].get("layers", 1)))
     result = head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("body.embed_tokens")]
     if missing or result.unexpected_keys:
