@@ -96,17 +96,16 @@ def test_a_head_grown_by_a_layer_starts_as_the_trained_head(tmp_path):
     """`--head-layers 2 --init-from` a one-layer head: the new layer starts as the identity, so the grown head
     computes exactly what the trained one did, and only training moves it away; a head cannot start from one with
     more layers than it has."""
-    from treegraft.distill_head import start_from
-    from treegraft.drafters.head import DraftHead
+    from treegraft.drafters.head import HEAD_WEIGHTS, DraftHead
 
     target = tiny_model(1)
     one = tiny_head(target)
     save_head(one, tmp_path / "one", {})
     grown = DraftHead.from_target(target, layers=2)
-    start_from(grown, tmp_path / "one")
+    grown.load_weights(tmp_path / "one" / HEAD_WEIGHTS, grown=True)
     save_head(grown, tmp_path / "two", {})
     with pytest.raises(ValueError, match="more than the 1 layer"):
-        start_from(DraftHead.from_target(target), tmp_path / "two")
+        DraftHead.from_target(target).load_weights(tmp_path / "two" / HEAD_WEIGHTS, grown=True)
     ids, feats = torch.tensor([PROMPT]), torch.randn(1, len(PROMPT), target.config.hidden_size)
     with torch.no_grad():
         assert torch.allclose(grown(feats, ids), one(feats, ids), atol=1e-6)

@@ -160,7 +160,7 @@ def test_mid_budget_b0_caps_calls_per_round():
     policy = make_policy(MethodSpec("treegraft"), pair.drafting, pair.scheduler, b0=1)
     t, _ = hand_tree()
     st = StepState(k=3, depth=5, tree=t, actions=[MID, SMALL], prompt_len=10, t_target_ms=50, t_mid_ms=10)
-    policy.sched.g.layers[-1][1][:] = 1e6  # force a positive margin
+    policy.sched.threshold = -1e6  # force a positive margin (g_psi(z) - tau)
     d = policy.decide(st)
     assert d.margin > 0 and d.action == SMALL  # the one allowed call was spent at step 1
 

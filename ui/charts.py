@@ -100,8 +100,8 @@ def cost_figure(host: dict, rounds: list[RoundTrace] = (), style: Style = NORMAL
     curve = {int(k): float(v) for k, v in (host or {}).get("verify_ms", {}).items()}
     if curve:
         xs = sorted(curve)
-        fig.add_trace(go.Scatter(x=xs, y=[curve[x] for x in xs], mode="lines+markers", name="T(n) probed (calibration)",
-                                 line={"color": COLORS["small"]},
+        fig.add_trace(go.Scatter(x=xs, y=[curve[x] for x in xs], mode="lines+markers",
+                                 name="T(n) probed (calibration)", line={"color": COLORS["small"]},
                                  hovertemplate="%{x} tokens: %{y:.1f} ms<extra></extra>"))
         pts = [(int(sum(r.tree.kept)), 1000 * r.verify_s) for r in rounds if r.steps]
         if pts:

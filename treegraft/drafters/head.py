@@ -83,12 +83,28 @@ class DraftHead(nn.Module):
     def layers(self) -> int:
         return len(self.body.layers)
 
+    def load_weights(self, path: Path, grown: bool = False) -> None:
+        """Load a saved head's weights (its file holds all but the target's embeddings); ValueError on a mismatch.
+        grown: the saved head may have fewer layers than this one (`distill --head-layers`); the layers it lacks
+        keep their identity start (`from_target`)."""
+        from safetensors.torch import load_file
+
+        saved = load_file(str(path))
+        if any(k.startswith(f"body.layers.{self.layers}.") for k in saved):
+            raise ValueError(f"{path} has more than the {self.layers} layer(s) asked for (--head-layers)")
+        has = {k.split(".")[2] for k in saved if k.startswith("body.layers.")}  # the saved head's layer indices
+        result = self.load_state_dict(saved, strict=False)
+        missing = [k for k in result.missing_keys if not k.startswith("body.embed_tokens")
+                   and not (grown and k.startswith("body.layers.") and k.split(".")[2] not in has)]
+        if missing or result.unexpected_keys:
+            raise ValueError(f"{path}: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
+
     @classmethod
     def from_target(cls, target, layers: int = 1) -> "DraftHead":
         """A fresh head for a target: its first layer and norm initialised from the target's last ones; any further
         layer from the target's last one too, with its two residual outputs (attention's o_proj, the MLP's
-        down_proj) zeroed, so that it starts as the identity and a head grown from a trained one-layer head
-        (`grow`) starts as that head."""
+        down_proj) zeroed, so that it starts as the identity and a head grown from a trained one with fewer layers
+        (`load_weights(..., grown=True)`) starts as that head."""
         head = cls(target.config, target.get_input_embeddings(), layers)
         last = {k: v.float() for k, v in target.model.layers[-1].state_dict().items()}
         for i, layer in enumerate(head.body.layers):
@@ -123,8 +139,6 @@ def save_head(head: DraftHead, out: Path, meta: dict) -> None:
 
 def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) -> DraftHead:
     """A saved head on a loaded target (its embeddings shared); raises ValueError on a mismatch."""
-    from safetensors.torch import load_file
-
     cfg = json.loads((folder / HEAD_CONFIG).read_text())
     if "treegraft_head" not in cfg:
         raise ValueError(f"{folder / HEAD_CONFIG} is not a draft head (no 'treegraft_head' entry)")
@@ -134,10 +148,7 @@ def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) ->
     drop = ("treegraft_head", "bos_token_id", "eos_token_id", "pad_token_id")  # no vocabulary of its own
     config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in drop})
     head = DraftHead(config, target.get_input_embeddings(), int(cfg["treegraft_head"].get("layers", 1)))
-    result = head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=False)
-    missing = [k for k in result.missing_keys if not k.startswith("body.embed_tokens")]
-    if missing or result.unexpected_keys:
-        raise ValueError(f"{folder / HEAD_WEIGHTS}: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
+    head.load_weights(folder / HEAD_WEIGHTS)
     head.body.embed_tokens = target.get_input_embeddings()
     return head.to(device=device, dtype=dtype).eval().requires_grad_(False)
 

@@ -147,7 +147,6 @@ class FeatureTracker:
     def __init__(self, width: int, top_k: int):
         self.width, self.top_k = width, top_k
         self.last_mid_best = 0.0
-        self._ctx_key, self._ctx_at = None, []  # (depth, context names) -> their positions in the full list
 
     def start_round(self) -> None:
         self.last_mid_best = 0.0
@@ -158,13 +157,18 @@ class FeatureTracker:
             self.last_mid_best = float(st.tree.score[nk].max()) if len(nk) else self.last_mid_best
         return tree_features(st, self.width, self.top_k, self.last_mid_best, names), context_features(st)
 
-    def vector(self, st: StepState, tree_names: list[str], ctx_names: list[str] | None = None) -> np.ndarray:
-        """[len(tree_names) + len(ctx_names)] g_psi's input (ctx_names None: every context input)."""
+    def vector(self, st: StepState, tree_names: list[str], ctx_at: list[int] | None = None) -> np.ndarray:
+        """[len(tree_names) + len(ctx_at)] g_psi's input; ctx_at: the positions in `context_names` order of the
+        context inputs it reads (`context_positions`; None: every one)."""
         tree, ctx = self.all_features(st, tree_names)
-        if ctx_names is not None:
-            key = (st.depth, tuple(ctx_names))
-            if key != self._ctx_key:  # where each named input sits in `context_names` order, once per scheduler
-                where = {n: i for i, n in enumerate(context_names(st.depth))}
-                self._ctx_key, self._ctx_at = key, [where[n] for n in ctx_names]
-            ctx = [ctx[i] for i in self._ctx_at]
+        if ctx_at is not None:
+            ctx = [ctx[i] for i in ctx_at]
         return np.array([tree[n] for n in tree_names] + ctx, dtype=np.float32)
+
+
+def context_positions(depth: int, names: list[str] | None) -> list[int] | None:
+    """Where each named context input sits in `context_names(depth)` (None: all of them, in order)."""
+    if names is None:
+        return None
+    where = {n: i for i, n in enumerate(context_names(depth))}
+    return [where[n] for n in names]

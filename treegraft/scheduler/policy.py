@@ -14,7 +14,7 @@ import numpy as np
 
 from ..methods import Decision, Policy, StepState
 from ..tree import MID, SMALL
-from .features import FeatureTracker
+from .features import FeatureTracker, context_positions
 
 
 @dataclass
@@ -26,7 +26,8 @@ class NumpyMLP:
     y_std: np.ndarray
     x_lo: np.ndarray | None = None  # inputs are clipped to the range seen in training (no extrapolation)
     x_hi: np.ndarray | None = None
-    _folded: list | None = field(default=None, init=False, repr=False, compare=False)  # `folded()`, once
+    folded: list = field(init=False, repr=False, compare=False)  # what __call__ runs: read from the above at
+    # construction (a changed weight needs a new NumpyMLP)
 
     @classmethod
     def from_torch(cls, net, xn, yn) -> "NumpyMLP":
@@ -54,30 +55,27 @@ class NumpyMLP:
     def n_params(self) -> int:
         return sum(w.size + b.size for w, b in self.layers)
 
-    def folded(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The layers with the input and output normalisations folded in (W^T [in, out], b [out], float32):
-        the same function in fewer array operations, computed once per network (the online scheduler evaluates
-        it before every draft step, and numpy's cost there is per operation, not per multiply-add)."""
-        if self._folded is None:
-            w = [np.asarray(w, np.float64) for w, _ in self.layers]
-            b = [np.asarray(b, np.float64) for _, b in self.layers]
-            std, mean = np.asarray(self.x_std, np.float64), np.asarray(self.x_mean, np.float64)
-            b[0] = b[0] - w[0] @ (mean / std)
-            w[0] = w[0] / std
-            y_std, y_mean = np.asarray(self.y_std, np.float64), np.asarray(self.y_mean, np.float64)
-            w[-1], b[-1] = w[-1] * y_std[:, None], b[-1] * y_std + y_mean
-            self._folded = [(wi.T.astype(np.float32).copy(), bi.astype(np.float32)) for wi, bi in zip(w, b)]
-        return self._folded
+    def __post_init__(self):
+        """Fold the input and output normalisations into the first and last layers (W^T [in, out], b [out],
+        float32): the same function in fewer array operations (the online scheduler evaluates it before every
+        draft step, and numpy's cost there is per operation, not per multiply-add)."""
+        w = [np.asarray(w, np.float64) for w, _ in self.layers]
+        b = [np.asarray(b, np.float64) for _, b in self.layers]
+        std, mean = np.asarray(self.x_std, np.float64), np.asarray(self.x_mean, np.float64)
+        b[0] = b[0] - w[0] @ (mean / std)
+        w[0] = w[0] / std
+        y_std, y_mean = np.asarray(self.y_std, np.float64), np.asarray(self.y_mean, np.float64)
+        w[-1], b[-1] = w[-1] * y_std[:, None], b[-1] * y_std + y_mean
+        self.folded = [(wi.T.astype(np.float32).copy(), bi.astype(np.float32)) for wi, bi in zip(w, b)]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """[rows, in] -> [rows, out]."""
         if self.x_lo is not None:
             x = np.minimum(np.maximum(x, self.x_lo), self.x_hi)
         h = x
-        layers = self.folded()
-        for wt, b in layers[:-1]:
+        for wt, b in self.folded[:-1]:
             h = np.maximum(h @ wt + b, 0)
-        wt, b = layers[-1]
+        wt, b = self.folded[-1]
         return h @ wt + b
 
 
@@ -131,12 +129,13 @@ class LearnedPolicy(Policy):
     def __init__(self, sched: SchedulerFile, width: int, top_k: int, budget_b0: int | None = None):
         self.sched, self.b0 = sched, budget_b0
         self.tracker = FeatureTracker(width, top_k)
+        self.ctx_at = context_positions(sched.depth, sched.context_features)
 
     def start_round(self) -> None:
         self.tracker.start_round()
 
     def decide(self, st: StepState) -> Decision:
-        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.sched.context_features)
+        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.ctx_at)
         margin = float(self.sched.g(z[None])[0, 0]) - self.sched.threshold
         within = self.b0 is None or sum(st.actions) < self.b0
         return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist())
@@ -151,6 +150,7 @@ class OraclePolicy(Policy):
     def __init__(self, sched: SchedulerFile, width: int, top_k: int):
         self.sched = sched
         self.tracker = FeatureTracker(width, top_k)
+        self.ctx_at = context_positions(sched.depth, sched.context_features)
 
     def start_round(self) -> None:
         self.tracker.start_round()
@@ -158,7 +158,7 @@ class OraclePolicy(Policy):
     def decide(self, st: StepState) -> Decision:
         from .value import eta_from, futures
 
-        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.sched.context_features)
+        z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.ctx_at)
         d, k = st.depth, st.k
         fut = futures(d - k)
         best = []
