@@ -3,15 +3,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from treegraft.cpu_kernels import (BUCKETS, PREFETCH, KernelTable, choose, measure, packed16_ops, packed_ops,
+from treegraft.cpu_kernels import (BUCKETS, PREFETCH, PREFILL_ROWS, KernelTable, choose, measure, packed16_ops, packed_ops,
                                   packed_threads, packed_unavailable, use_cpu_kernels)
 
-FORCED = {p: {b: p for b in BUCKETS} for p in ("stock", "weight_left", "packed", "packed16")}
+FORCED = {p: {b: p for b in BUCKETS + (PREFILL_ROWS,)} for p in ("stock", "weight_left", "packed", "packed16")}
 
 
 def inputs(features: int):
     return {rows: torch.randn(1, rows, features, generator=torch.Generator().manual_seed(rows))
-            for rows in (1, 2, 3, 5, 8, 13, 40, 64, 70)}
+            for rows in (1, 2, 3, 5, 8, 13, 40, 64, 70, 300)}
 
 
 class WithHead(torch.nn.Module):
@@ -40,7 +40,7 @@ def test_every_path_matches_stock_at_every_row_count(bias, forced):
     for rows, want in ref.items():
         got = model.body(xs[rows])
         assert got.shape == want.shape
-        if forced == "stock" or rows > BUCKETS[-1]:
+        if forced == "stock":
             assert torch.equal(got, want)  # the stock path
         else:
             assert torch.allclose(got, want, atol=1e-5)
@@ -109,8 +109,36 @@ def test_the_measured_table_follows_the_clock():
     ms, _ = measure(layer, "body", clock=clock, paths=("stock", "weight_left"))
     assert choose(ms) == {b: "weight_left" if b <= 4 else "stock" for b in BUCKETS}
     assert len(clock.calls) == len(BUCKETS) * 2 * 6  # every candidate: a warm-up round and 5 timed ones
+    assert all(rows in BUCKETS for rows, _ in clock.calls)  # no prefill bucket unless asked for
     assert choose({8: {"stock": 10.0, "weight_left": 9.5}}) == {8: "stock"}  # 5% is within noise: stay stock
     assert choose({8: {"stock": 10.0, "weight_left": 8.0, "packed": 5.0}}) == {8: "packed"}  # the fastest
+
+
+def test_a_prompts_prefill_takes_the_path_measured_for_it():
+    """Batches above the last decoding bucket (a prompt's prefill) take the path the PREFILL_ROWS bucket measured
+    for the layers, which can differ from the 64-row one; the head's rows there stay stock; and the prefill
+    bucket times stock against the packed kernel at one distance, over at most PREFILL_LAYERS layers."""
+    from treegraft.cpu_kernels import PREFILL_LAYERS
+
+    layers = [torch.nn.Linear(16, 16) for _ in range(4)]
+
+    def clock(fn, rows, candidate):
+        clock.calls.append((rows, candidate))
+        if candidate[0] == "stock":
+            return 2.0
+        return 3.0 if rows <= 64 else 1.0  # the packed kernel loses at decoding sizes, wins on a prompt
+
+    clock.calls = []
+    ms, prefetch = measure(layers, "body", clock=clock, paths=("stock", "weight_left", "packed"), prefill=True)
+    prefill_calls = [c for rows, c in clock.calls if rows == PREFILL_ROWS]
+    assert {c for c in prefill_calls} == {("stock", PREFETCH[0]), ("packed", PREFETCH[-1])}
+    table = KernelTable(body=choose(ms), head={b: "packed" for b in BUCKETS}, prefetch={"body": prefetch})
+    assert [table.path("body", n) for n in (1, 64, 65, 256, 4000)] == ["stock", "stock", "packed", "packed", "packed"]
+    assert table.distance("body", 300) == PREFETCH[-1]
+    assert table.path("head", 64) == "packed" and table.path("head", 65) == "stock"
+    timed = []
+    measure(layers, "body", clock=lambda fn, rows, c: timed.append(len(fn())) or 1.0, paths=("stock",), prefill=True)
+    assert max(timed) == len(layers) and timed[-1] == PREFILL_LAYERS
 
 
 def test_the_packed_paths_prefetch_distance_is_measured_per_bucket():
@@ -133,14 +161,14 @@ def test_the_packed_paths_prefetch_distance_is_measured_per_bucket():
     assert prefetch == {b: PREFETCH[0] if b <= 2 else PREFETCH[-1] for b in BUCKETS}
     assert all(ms[b]["packed"] == 1.0 for b in BUCKETS)
     table = KernelTable(body=choose(ms), prefetch={"body": prefetch})
-    assert table.distance("body", 3) == PREFETCH[-1] and table.distance("body", 100) == PREFETCH[0]
+    assert table.distance("body", 3) == PREFETCH[-1] and table.distance("body", 100) == PREFETCH[0]  # not measured
 
 
 def test_loading_measures_a_table_on_this_host():
     model = WithHead()
     table = use_cpu_kernels(model)
     assert model.kernel_table is table
-    assert set(table.body) == set(BUCKETS) == set(table.head)
+    assert set(table.body) == set(BUCKETS) | {PREFILL_ROWS} and set(table.head) == set(BUCKETS)
     assert all(t > 0 for per in table.ms["body"].values() for t in per.values())
     assert ("packed" in table.ms["body"][1]) == (packed_ops() is not None)
     x = torch.randn(1, 3, 32)

@@ -28,8 +28,14 @@ the model's dtype, and routes each bucket to the fastest path that beats stock b
 forward does: the weights come from memory, not from a cache that one probe layer
 would sit in), and the packed path at each of its prefetch distances (`PREFETCH`;
 the kernel's lead on the weight stream, which more rows need longer), keeping the
-best; candidates are timed in interleaved rounds and read by their median. Rows
-above the last bucket stay stock. Results agree with F.linear to float rounding, as
+best; candidates are timed in interleaved rounds and read by their median. A prompt's
+prefill feeds the body far more rows: one more bucket (`PREFILL_ROWS`) times stock
+against the packed kernels for the body alone (at their longest prefetch distance,
+over a few layers: at that many rows the product is bound by arithmetic, not by the
+weight stream), and every longer batch takes its path (on a 2-core Zen 5, fp32: the
+AVX-512 kernel 1.4-2x stock from 64 to 512 rows, a bench prompt's prefill 190 -> 125
+ms; the AVX2 kernel level with stock there). The head's rows above 64 stay stock (a
+lazy prefill reads one logits row). Results agree with F.linear to float rounding, as
 any batched forward does. No modeling code is changed; whatever the model does after
 its head still runs. Every method that runs the model uses them, the Hugging Face
 peers and AR included. Pair setting `small_batch_linear` (on by default;
@@ -46,6 +52,8 @@ import torch
 import torch.nn.functional as F
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured at load; a batch uses the smallest bucket >= its rows
+PREFILL_ROWS = 256  # the body's bucket for every batch above BUCKETS[-1] (a prompt's prefill), measured at load
+PREFILL_LAYERS, PREFILL_ROUNDS = 2, 3  # its timing: a few layers (bound by arithmetic there), a few rounds
 MIN_GAIN = 0.9  # another path must take at most 90% of the stock time to be chosen
 TRANSPOSED_COPY_MAX_BYTES = 512 << 20  # the head's transposed copy (for 1 row), if it is this small
 PATHS = ("stock", "weight_left", "packed", "packed16")
@@ -65,12 +73,11 @@ class KernelTable:
     prefetch: dict[str, dict[int, int]] = field(default_factory=dict)  # part -> rows -> the packed path's distance
 
     @staticmethod
-    def bucket(rows: int) -> int | None:
-        return next((b for b in BUCKETS if rows <= b), None)
+    def bucket(rows: int) -> int:
+        return next((b for b in BUCKETS if rows <= b), PREFILL_ROWS)
 
     def path(self, part: str, rows: int) -> str:
-        b = self.bucket(rows)
-        return "stock" if b is None else getattr(self, part).get(b, "stock")
+        return getattr(self, part).get(self.bucket(rows), "stock")
 
     def distance(self, part: str, rows: int) -> int:
         """The packed kernel's prefetch distance at this row count (the first of PREFETCH where not measured)."""
@@ -193,32 +200,44 @@ def _once_ms(fn, rows: int, candidate: tuple[str, int]) -> float:
 
 @torch.no_grad()
 def measure(layers: torch.nn.Linear | list[torch.nn.Linear], part: str, rounds: int = 5, clock=_once_ms,
-            paths=PATHS) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
+            paths=PATHS, prefill: bool = False) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
     """({rows: {path: ms per layer}}, {rows: the packed path's best prefetch distance}) at every bucket, in the
     layers' dtype (one shape), for the paths they can take here. Each timing runs the path over every layer in
     turn, so that with enough of them the weights stream from memory as in a forward. Per bucket, the candidates
     (a path, at each of its distances) are timed in `rounds` interleaved rounds after one warm-up round and read
-    by their median, so a burst of other load hits them alike. `clock(fn, rows, (path, distance))`: ms of one
-    call."""
+    by their median, so a burst of other load hits them alike. `prefill`: also the PREFILL_ROWS bucket (stock
+    and the packed paths at their longest distance, over PREFILL_LAYERS layers, PREFILL_ROUNDS rounds).
+    `clock(fn, rows, (path, distance))`: ms of one call."""
     layers = layers if isinstance(layers, list) else [layers]
-    probe = layers[0]
     ms, prefetch = {}, {}
     for rows in BUCKETS:
-        x = torch.randn(1, rows, probe.in_features, dtype=probe.weight.dtype)
         cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
-        times = {c: [] for c in cands}
-        for r in range(rounds + 1):
-            for p, d in cands:
-                t = clock(lambda p=p, d=d: [run_path(m, p, x, d) for m in layers], rows, (p, d)) / len(layers)
-                if r:  # round 0 warms up
-                    times[(p, d)].append(t)
-        ms[rows], fastest = {}, float("inf")
-        for (p, d), ts in times.items():
-            t = float(np.median(ts))
-            ms[rows][p] = min(t, ms[rows].get(p, float("inf")))
-            if p in PACKED_KERNELS and t < fastest:  # the fastest packed kernel's distance (`choose` may pick it)
-                prefetch[rows], fastest = d, t
-    return ms, prefetch
+        ms[rows], prefetch[rows] = _time_bucket(layers, rows, cands, rounds, clock)
+    if prefill:
+        cands = [(p, PREFETCH[-1] if p in PACKED_KERNELS else PREFETCH[0]) for p in paths if p != "weight_left"]
+        ms[PREFILL_ROWS], prefetch[PREFILL_ROWS] = _time_bucket(layers[:PREFILL_LAYERS], PREFILL_ROWS, cands,
+                                                                PREFILL_ROUNDS, clock)
+    return ms, {rows: d for rows, d in prefetch.items() if d is not None}
+
+
+def _time_bucket(layers: list[torch.nn.Linear], rows: int, cands: list[tuple[str, int]], rounds: int,
+                 clock) -> tuple[dict[str, float], int | None]:
+    """({path: median ms per layer}, the fastest packed candidate's distance or None) at one row count."""
+    probe = layers[0]
+    x = torch.randn(1, rows, probe.in_features, dtype=probe.weight.dtype)
+    times = {c: [] for c in cands}
+    for r in range(rounds + 1):
+        for p, d in cands:
+            t = clock(lambda p=p, d=d: [run_path(m, p, x, d) for m in layers], rows, (p, d)) / len(layers)
+            if r:  # round 0 warms up
+                times[(p, d)].append(t)
+    ms, fastest, distance = {}, float("inf"), None
+    for (p, d), ts in times.items():
+        t = float(np.median(ts))
+        ms[p] = min(t, ms.get(p, float("inf")))
+        if p in PACKED_KERNELS and t < fastest:  # the fastest packed kernel's distance (`choose` may pick it)
+            distance, fastest = d, t
+    return ms, distance
 
 
 def choose(ms: dict[int, dict[str, float]]) -> dict[int, str]:
@@ -245,10 +264,12 @@ def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[s
     return tuple(p for p in paths if p in allowed or p == "stock")
 
 
-def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, allowed=PATHS) -> KernelTable:
+def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, allowed=PATHS,
+                    prefill: bool = True) -> KernelTable:
     """Route the model's Linear layers and its output head through the fastest path per row bucket, measured
     here (or as `table` says). Returns the table (also at `model.kernel_table`). Copies of a weight (packed,
-    transposed) are kept only where the table uses them."""
+    transposed) are kept only where the table uses them. `prefill`: the body also gets the PREFILL_ROWS bucket
+    (a model that reads prompts; not a drafter's scorer, which sees a pool of a few nodes)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head = head if isinstance(head, torch.nn.Linear) else None
     body = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
@@ -270,7 +291,7 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
             for path in set(paths) & set(PACKED_KERNELS):
                 for m in stream:
                     _pack(m, path)
-            table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths)
+            table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths, prefill=prefill and part == "body")
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():
         for path, (attr, ops, block) in PACKED_KERNELS.items():

@@ -141,7 +141,7 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
     if small_batch:
         from ..cpu_kernels import use_cpu_kernels
 
-        use_cpu_kernels(scorer)
+        use_cpu_kernels(scorer, prefill=False)
     return scorer.requires_grad_(False), vocab, col_of
 
 
