@@ -179,17 +179,37 @@ def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int =
     return F.linear(x, layer.weight, layer.bias)
 
 
-def _routed(layer: torch.nn.Linear, part: str, x: torch.Tensor) -> torch.Tensor:
-    rows = x.numel() // x.shape[-1]
-    return run_path(layer, layer.kernels.path(part, rows), x, layer.kernels.distance(part, rows))
+def _product(layer: torch.nn.Linear, path: str, prefetch: int, rows: int):
+    """x [rows, in] -> x . W^T [rows, out] on `path` (what run_path computes for that many rows, bias aside), as one
+    call with its operands bound: a decoding forward runs ~200 of these, so the per-call Python is what is cut."""
+    attr = PACKED_KERNELS[path][0] if path in PACKED_KERNELS else None
+    if attr is not None and getattr(layer, attr, None) is not None:
+        kernel, packed = PACKED_KERNELS[path][1]().packed_linear, getattr(layer, attr)
+        return lambda x: kernel(x, packed, prefetch)
+    w = layer.weight
+    if path == "weight_left":
+        if rows == 1 and getattr(layer, "weight_t", None) is not None:
+            wt = layer.weight_t
+            return lambda x: x @ wt
+        return lambda x: (w @ x.T).T
+    return lambda x: F.linear(x, w)
 
 
-def body_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return _routed(self, "body", x)
+def routed_forward(layer: torch.nn.Linear, part: str, table: KernelTable):
+    """The layer's forward routed by `table`: each row count's product (`_product`) looked up by index."""
+    by_rows = [None] + [_product(layer, table.path(part, r), table.distance(part, r), r)
+                        for r in range(1, BUCKETS[-1] + 1)]
+    longer = _product(layer, table.path(part, PREFILL_ROWS), table.distance(part, PREFILL_ROWS), PREFILL_ROWS)
+    k, n, bias = layer.in_features, layer.out_features, layer.bias
 
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // k
+        y = (by_rows[rows] if rows <= BUCKETS[-1] else longer)(x.reshape(rows, k))  # [rows, out]
+        if bias is not None:
+            y = y + bias
+        return y.view(*x.shape[:-1], n)
 
-def head_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return _routed(self, "head", x)
+    return forward
 
 
 def _once_ms(fn, rows: int, candidate: tuple[str, int]) -> float:
@@ -301,13 +321,13 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
                     _pack(m, path)
                 elif not used:
                     setattr(m, attr, None)
+    if head is not None and table.head.get(1) != "weight_left":
+        head.weight_t = None  # the copy is not used: do not keep it
     for m in body:
         m.kernels = table
-        m.forward = body_forward.__get__(m)
+        m.forward = routed_forward(m, "body", table)
     if head is not None:
         head.kernels = table
-        head.forward = head_forward.__get__(head)
-        if table.head.get(1) != "weight_left":
-            head.weight_t = None  # the copy is not used: do not keep it
+        head.forward = routed_forward(head, "head", table)
     model.kernel_table = table
     return table
