@@ -18,11 +18,14 @@ class GrowingLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
         self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # [batch, kv_heads, capacity, head_dim] x 2
+        self.mine: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)  # the views update() last set
 
     def _holds(self) -> bool:
         """The views are still the start of the buffers (compaction and crops keep them so)."""
         if self.buffers is None:
             return False
+        if self.keys is self.mine[0] and self.values is self.mine[1]:  # the views this layer set (the hot path)
+            return True
         return all(t.numel() == 0 or (t.data_ptr() == b.data_ptr() and t.stride() == b.stride())
                    for t, b in zip((self.keys, self.values), self.buffers))
 
@@ -44,6 +47,7 @@ class GrowingLayer(DynamicLayer):
         keys[..., n:need, :] = key_states
         values[..., n:need, :] = value_states
         self.keys, self.values = keys[..., :need, :], values[..., :need, :]
+        self.mine = (self.keys, self.values)
         return self.keys, self.values
 
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 import bisect
 import copy
 import math
+import statistics
 from collections import deque
 
 import numpy as np
@@ -202,7 +203,7 @@ class VerifyCost:
         """{n: fitted T(n)} at every measured n."""
         if self._fit is None:
             keys = sorted(self.samples)
-            med = np.array([np.median(self.samples[k]) for k in keys])
+            med = np.array([statistics.median(self.samples[k]) for k in keys])  # (numpy's: ~15 us a call)
             fit = isotonic(med, np.array([len(self.samples[k]) for k in keys], dtype=float))
             self._fit = {k: float(t) for k, t in zip(keys, fit)}
         return self._fit
