@@ -60,11 +60,15 @@ distill-head: install
 		--loss candidates --precision auto --minutes 18 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
 
-# the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to 640 chat + 480 task prompts
-# (never the bench's), made in the same cache as distill-head's (resumable: the cache files are the state)
+# the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to prompts that are never the
+# bench's. corpus.npz: chat block 0 + task block 0 (640 + 480 prompts), made in the same cache as distill-head's
+# (resumable: the cache files are the state); store.npz: the greedy answers of every block distill-head keeps in
+# models/smollm2-answers (chat 4-8, task 3-6), read from there (seconds)
 corpus: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480
+	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480 --out models/smollm2-corpus/corpus.npz
+	$(PY) -m treegraft corpus --pair default --answers 5760 --first-block 4 --tasks 3360 --first-task-block 3 \
+		--answer-store models/smollm2-answers --out models/smollm2-corpus/store.npz
 
 # the app's gallery of recorded traces (ui/gallery/): re-record after engine or scheduler changes
 gallery: install

@@ -25,6 +25,15 @@ def test_shipped_models_yaml_is_valid():
     assert all(not p.target.trust_remote_code and not p.mid.trust_remote_code for p in pairs.values())
 
 
+def test_a_corpus_is_one_file_or_a_list(tmp_path):
+    assert load_pair("p", write(tmp_path, GOOD)).corpus_files == []
+    base = GOOD.rstrip("\n")
+    assert load_pair("p", write(tmp_path, base + "\n    corpus: a.npz\n")).corpus_files == ["a.npz"]
+    assert load_pair("p", write(tmp_path, base + "\n    corpus: [a.npz, b.npz]\n")).corpus_files == ["a.npz", "b.npz"]
+    with pytest.raises(ConfigError, match="pairs.p.corpus"):
+        load_pair("p", write(tmp_path, base + "\n    corpus: {a: 1}\n"))
+
+
 def test_defaults_merge_and_pair_override(tmp_path):
     f = write(tmp_path, GOOD + "defaults:\n  drafting: {width: 3}\n")
     assert load_pair("p", f).drafting.width == 3

@@ -94,6 +94,23 @@ def test_saved_corpus_round_trips_and_bad_files_are_refused(tmp_path):
         load_corpus(tmp_path / "bad.npz", 7, 4)
 
 
+def test_several_corpus_files_are_read_as_one_store(tmp_path):
+    """A pair may list corpus files (models.yaml `corpus: [a, b]`): their documents form one index, the same as one
+    file holding them all; a missing one is named."""
+    a, b = _docs(seed=2), _docs(seed=3)
+    save_corpus(tmp_path / "a.npz", a, {})
+    save_corpus(tmp_path / "b.npz", b, {})
+    save_corpus(tmp_path / "ab.npz", a + b, {})
+    both = load_corpus([tmp_path / "a.npz", tmp_path / "b.npz"], 7, 4)
+    one = load_corpus(tmp_path / "ab.npz", 7, 4)
+    assert both.describe() == one.describe() and both.docs == len(a) + len(b)
+    assert both.describe() != load_corpus(tmp_path / "a.npz", 7, 4).describe()
+    for gram in [(1,), (2, 3), (0, 1, 2), (4, 4, 4, 4)]:
+        assert both.propose(gram, 4) == one.propose(gram, 4)
+    with pytest.raises(CorpusError, match="c.npz not found"):
+        load_corpus([tmp_path / "a.npz", tmp_path / "c.npz"], 7, 4)
+
+
 def test_the_engine_drafts_from_the_corpus_and_stays_exact(engine):
     """The default pair ships a corpus: all-small with and without it equals AR, and the corpus changes the drafts
     (a fixed B_ver, so that no timing decides the trees)."""

@@ -183,10 +183,11 @@ def _corpus(args) -> int:
     from .models import load_pair_models
 
     pair = load_pair(args.pair, args.models)
-    out = Path(args.out) if args.out else resolve_path(pair.corpus or "models/corpus.npz")
+    out = Path(args.out) if args.out else resolve_path((pair.corpus_files or ["models/corpus.npz"])[0])
     loaded = load_pair_models(pair.model_copy(update={"corpus": None}), "float32")
-    s = AnswerSettings(prompts=args.answers, tasks=args.tasks, max_new_tokens=args.answer_tokens, seed=args.seed)
-    rows = target_answers(loaded.target, loaded.tokenizer, s)  # made or continued in the cache folder
+    s = AnswerSettings(prompts=args.answers, tasks=args.tasks, max_new_tokens=args.answer_tokens, seed=args.seed,
+                       first_block=args.first_block, first_task_block=args.first_task_block, store=args.answer_store)
+    rows = target_answers(loaded.target, loaded.tokenizer, s)  # read from the store, or made in the cache folder
     docs = corpus_documents(loaded.tokenizer, rows)
     meta = {**describe(s, rows), "documents": len(docs), "tokens": sum(map(len, docs)),
             "note": "greedy answers only, each with the chat template's generation header"}
@@ -383,6 +384,10 @@ def _add_corpus(sub) -> None:
     c.add_argument("--tasks", type=int, default=480, help="task prompts answered (whole blocks of 480, cached)")
     c.add_argument("--answer-tokens", type=int, default=160, help="longest answer the target writes")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--first-block", type=int, default=0, help="chat blocks first-block .. (answers / 640) - 1")
+    c.add_argument("--first-task-block", type=int, default=0, help="task blocks first-task-block .. (tasks / 480) - 1")
+    c.add_argument("--answer-store", default="", help="a folder (relative to the repo root) of finished answer blocks "
+                                                     "(distill --answer-store): a block kept there is read, not made")
     c.set_defaults(func=_corpus)
 
 

@@ -128,8 +128,14 @@ class PairConfig(_Strict):
     requires_gpu: bool = False
     chat_template: bool = True
     scheduler: str | None = None
-    corpus: str | None = Field(None, description="the target's own earlier answers (.npz of token ids, "
-                               "`python -m treegraft corpus`): the n-gram drafter's second source, beside the context")
+    corpus: str | list[str] | None = Field(None, description="the target's own earlier answers (.npz files of token "
+                                           "ids, `python -m treegraft corpus`; one or a list, read as one store): the "
+                                           "n-gram drafter's second source, beside the context")
+    @property
+    def corpus_files(self) -> list[str]:
+        """The corpus files, in order ([] for none)."""
+        return [] if not self.corpus else [self.corpus] if isinstance(self.corpus, str) else list(self.corpus)
+
     small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs and the output head "
                                                         "as W @ x.T (treegraft/cpu_kernels.py)")
     lazy_logits: Literal["auto", "on", "off"] = Field("auto", description="verification computes the target's "

@@ -130,8 +130,15 @@ def save_corpus(path: Path, docs: list[list[int]], meta: dict) -> None:
     np.savez_compressed(path, tokens=flat, lengths=lengths, meta=np.array(json.dumps(meta)))
 
 
-def load_corpus(path: Path, vocab_size: int, n_max: int) -> CorpusIndex:
-    """The index of a saved corpus; a clear error for a missing or broken file."""
+def load_corpus(path: Path | list[Path], vocab_size: int, n_max: int) -> CorpusIndex:
+    """The index of a saved corpus, or of several read as one store; a clear error for a missing or broken file."""
+    docs = []
+    for one in ([path] if isinstance(path, Path) else path):
+        docs += _corpus_docs(Path(one))
+    return CorpusIndex(docs, vocab_size, n_max)
+
+
+def _corpus_docs(path: Path) -> list[np.ndarray]:
     if not path.exists():
         raise CorpusError(f"corpus file {path} not found (models.yaml `corpus:`; make it with "
                           f"`python -m treegraft corpus`, or remove the line)")
@@ -142,5 +149,4 @@ def load_corpus(path: Path, vocab_size: int, n_max: int) -> CorpusIndex:
         raise CorpusError(f"corpus file {path} is not a TreeGraft corpus (.npz with tokens, lengths): {err}") from err
     if lengths.sum() != flat.size or (lengths < 0).any():
         raise CorpusError(f"corpus file {path}: lengths do not add up to its {flat.size} tokens")
-    docs = np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else []
-    return CorpusIndex(docs, vocab_size, n_max)
+    return np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else []
