@@ -56,8 +56,8 @@ def main() -> None:
     args = ap.parse_args()
     pair = load_pair(args.pair)
     loaded = load_pair_models(pair.model_copy(update={"corpus": None}), "float32")
-    tok, corpus = loaded.tokenizer, load_corpus(resolve_path(args.corpus) if args.corpus else [resolve_path(f) for f in pair.corpus_files],
-                                                  len(loaded.tokenizer), 5)
+    files = resolve_path(args.corpus) if args.corpus else [resolve_path(f) for f in pair.corpus_files]
+    tok, corpus = loaded.tokenizer, load_corpus(files, len(loaded.tokenizer), 5)
     prompts = load_prompts("bench") + load_prompts("default")
     settings = AnswerSettings(max_new_tokens=args.tokens)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
