@@ -146,6 +146,25 @@ def test_corpus_documents_leave_out_sampled_answers_and_the_schedulers_prompts(f
     assert tok.decode(docs[0][:-3]).strip().endswith("assistant")  # the generation header leads in
 
 
+def test_corpus_documents_leave_out_answers_about_an_evaluated_prompts_passage(fp32_pair):
+    """Task prompts are composed from a pool of passages, so a later block can ask about the passage an evaluated
+    prompt asks about (the unseen suite's code, articles and contexts were, until this filter): such an answer is
+    left out of the store, an answer to an unrelated prompt is kept, and a prompt that shares only the chat
+    template with an evaluated one is kept."""
+    from treegraft.answers import _encode, corpus_documents
+    from treegraft.prompts import load_prompts
+
+    tok = fp32_pair.tokenizer
+    held = max((p for p in load_prompts("unseen") if p.category == "code"), key=lambda p: len(p.messages[0]))
+    passage = held.messages[0][len(held.messages[0]) // 3:]  # the part after the instruction: its code
+    same = _encode(tok, ["Explain what this does, line by line:\n" + passage])
+    other = _encode(tok, ["Write a haiku about the sea."])
+    rows = [{"ids": same + [10, 2], "prompt_len": len(same), "sampled": False},
+            {"ids": other + [11, 2], "prompt_len": len(other), "sampled": False}]
+    docs = corpus_documents(tok, rows)
+    assert [d[-2:] for d in docs] == [[11, 2]]
+
+
 def test_the_corpus_is_switched_per_method_and_per_generation():
     from treegraft.bench import parse_methods
     from treegraft.cli import build_parser

@@ -284,15 +284,38 @@ def describe(s: AnswerSettings, rows: list[dict]) -> dict:
                       "(bench suites held out), answered by the target"}
 
 
+PASSAGE_GRAM = 12  # tokens: a prompt sharing a run this long with an evaluated prompt shares its passage
+
+
 def corpus_documents(tok, rows: list[dict]) -> list[list[int]]:
     """The n-gram drafter's corpus (drafters/corpus.py) from answer rows: each greedy answer with the chat
     template's generation header before it (so that a reply's first tokens are found after the header too).
-    Left out: sampled answers (greedy decoding is what the store should predict), and the answers to the
+    Left out: sampled answers (greedy decoding is what the store should predict); the answers to the
     scheduler's training prompts, which the scheduler's collection replays: with their own answers in the
-    store it would learn from rounds the n-gram drafter has memorised."""
+    store it would learn from rounds the n-gram drafter has memorised; and the answers to every prompt that
+    shares a passage with an evaluated prompt (`held_out_passages`): task prompts are composed from a pool of
+    passages (task_prompts.py), so a later block can ask about the code or article an evaluated prompt asks
+    about, and the store would then hold the target's answer about it."""
     header = len(_encode(tok, ["x"])) - len(list(tok.apply_chat_template(
         [{"role": "user", "content": "x"}], add_generation_prompt=False, tokenize=True, return_dict=False)))
     header = max(0, header)
     replayed = {tuple(_encode(tok, list(p.messages))) for p in load_prompts("train")}
+    held = held_out_passages(tok)
     return [r["ids"][max(0, r["prompt_len"] - header):] for r in rows
-            if not r["sampled"] and tuple(r["ids"][:r["prompt_len"]]) not in replayed]
+            if not r["sampled"] and tuple(r["ids"][:r["prompt_len"]]) not in replayed
+            and not shares_passage(r["ids"][:r["prompt_len"]], held)]
+
+
+def held_out_passages(tok, suites=("bench", "default", "unseen")) -> set[tuple[int, ...]]:
+    """Every PASSAGE_GRAM-token run of the evaluated suites' turns, each tokenized alone (without the chat
+    template, which every prompt shares)."""
+    return {g for suite in suites for p in load_prompts(suite) for turn in p.messages
+            for g in _grams(tok(turn, add_special_tokens=False).input_ids)}
+
+
+def shares_passage(ids: list[int], held: set[tuple[int, ...]]) -> bool:
+    return not held.isdisjoint(_grams(ids))
+
+
+def _grams(ids: list[int]) -> set[tuple[int, ...]]:
+    return {tuple(ids[i:i + PASSAGE_GRAM]) for i in range(len(ids) - PASSAGE_GRAM + 1)}

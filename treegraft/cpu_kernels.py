@@ -33,7 +33,7 @@ prefill feeds the body far more rows: one more bucket (`PREFILL_ROWS`) times sto
 against the packed kernels for the body alone (at their longest prefetch distance,
 over a few layers: at that many rows the product is bound by arithmetic, not by the
 weight stream), and every longer batch takes its path (on a 2-core Zen 5, fp32: the
-AVX-512 kernel 1.4-2x stock from 64 to 512 rows, a bench prompt's prefill 190 -> 125
+AVX-512 kernel 1.4-2x stock from 64 to 512 rows, a bench prompt's prefill 199 -> 120
 ms; the AVX2 kernel level with stock there). The head's rows above 64 stay stock (a
 lazy prefill reads one logits row). Results agree with F.linear to float rounding, as
 any batched forward does. No modeling code is changed; whatever the model does after
@@ -207,7 +207,7 @@ def routed_forward(layer: torch.nn.Linear, part: str, table: KernelTable):
         y = (by_rows[rows] if rows <= BUCKETS[-1] else longer)(x.reshape(rows, k))  # [rows, out]
         if bias is not None:
             y = y + bias
-        return y.view(*x.shape[:-1], n)
+        return y.reshape(*x.shape[:-1], n)
 
     return forward
 
