@@ -69,8 +69,8 @@ class Controls:
         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
         seed = gr.Number(value=0, precision=0, label="Seed")
         with gr.Accordion("Tree settings", open=False):
-            depth = gr.Slider(1, 8, value=5, step=1, label="D: draft steps per round")
-            width = gr.Slider(1, 16, value=8, step=1, label="W: frontier width")
+            depth = gr.Slider(1, 8, value=drafting.depth, step=1, label="D: draft steps per round")
+            width = gr.Slider(1, 16, value=drafting.width, step=1, label="W: frontier width")
             budget = gr.Slider(1, 127, value=drafting.budget, step=1, label="B_ver: nodes verified per round")
             adaptive = gr.Checkbox(value=drafting.adaptive_budget,
                                    label="Adaptive B_ver: verify only the nodes that pay for their time "
