@@ -61,12 +61,14 @@ distill-head: install
 		--promote $(ARGS)
 
 # the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to prompts that are never the
-# bench's. corpus.npz: chat block 0 + task block 0 (640 + 480 prompts), made in the same cache as distill-head's
-# (resumable: the cache files are the state); store.npz: the greedy answers of every block distill-head keeps in
-# models/smollm2-answers (chat 4-8, task 3-6), read from there (seconds)
+# bench's, nor share a passage with an evaluated prompt. corpus.npz: chat block 0 + task block 0 (640 + 480
+# prompts); store.npz: chat blocks 4-8 and task blocks 3-6 (distill-head's). Every block is kept in
+# models/smollm2-answers and read from there (seconds); a block missing there is answered in the same cache as
+# distill-head's (resumable: the cache files are the state)
 corpus: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480 --out models/smollm2-corpus/corpus.npz
+	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480 --answer-store models/smollm2-answers \
+		--out models/smollm2-corpus/corpus.npz
 	$(PY) -m treegraft corpus --pair default --answers 5760 --first-block 4 --tasks 3360 --first-task-block 3 \
 		--answer-store models/smollm2-answers --out models/smollm2-corpus/store.npz
 
