@@ -55,8 +55,8 @@ def main() -> None:
     ap.add_argument("--corpus", default=None, help="a corpus file to measure (default: the pair's)")
     args = ap.parse_args()
     pair = load_pair(args.pair)
-    loaded = load_pair_models(pair.model_copy(update={"corpus": None}), "float32")
-    files = resolve_path(args.corpus) if args.corpus else [resolve_path(f) for f in pair.corpus_files]
+    loaded = load_pair_models(pair.model_copy(update={"corpus": []}), "float32")
+    files = resolve_path(args.corpus) if args.corpus else [resolve_path(f) for f in pair.corpus]
     tok, corpus = loaded.tokenizer, load_corpus(files, len(loaded.tokenizer), 5)
     prompts = load_prompts("bench") + load_prompts("default")
     settings = AnswerSettings(max_new_tokens=args.tokens)

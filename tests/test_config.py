@@ -26,10 +26,10 @@ def test_shipped_models_yaml_is_valid():
 
 
 def test_a_corpus_is_one_file_or_a_list(tmp_path):
-    assert load_pair("p", write(tmp_path, GOOD)).corpus_files == []
+    assert load_pair("p", write(tmp_path, GOOD)).corpus == []
     base = GOOD.rstrip("\n")
-    assert load_pair("p", write(tmp_path, base + "\n    corpus: a.npz\n")).corpus_files == ["a.npz"]
-    assert load_pair("p", write(tmp_path, base + "\n    corpus: [a.npz, b.npz]\n")).corpus_files == ["a.npz", "b.npz"]
+    assert load_pair("p", write(tmp_path, base + "\n    corpus: a.npz\n")).corpus == ["a.npz"]
+    assert load_pair("p", write(tmp_path, base + "\n    corpus: [a.npz, b.npz]\n")).corpus == ["a.npz", "b.npz"]
     with pytest.raises(ConfigError, match="pairs.p.corpus"):
         load_pair("p", write(tmp_path, base + "\n    corpus: {a: 1}\n"))
 

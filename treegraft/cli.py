@@ -183,8 +183,8 @@ def _corpus(args) -> int:
     from .models import load_pair_models
 
     pair = load_pair(args.pair, args.models)
-    out = Path(args.out) if args.out else resolve_path((pair.corpus_files or ["models/corpus.npz"])[0])
-    loaded = load_pair_models(pair.model_copy(update={"corpus": None}), "float32")
+    out = Path(args.out) if args.out else resolve_path((pair.corpus or ["models/corpus.npz"])[0])
+    loaded = load_pair_models(pair.model_copy(update={"corpus": []}), "float32")
     s = AnswerSettings(prompts=args.answers, tasks=args.tasks, max_new_tokens=args.answer_tokens, seed=args.seed,
                        first_block=args.first_block, first_task_block=args.first_task_block, store=args.answer_store)
     rows = target_answers(loaded.target, loaded.tokenizer, s)  # read from the store, or made in the cache folder

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODELS_YAML = REPO_ROOT / "models.yaml"
@@ -128,14 +128,9 @@ class PairConfig(_Strict):
     requires_gpu: bool = False
     chat_template: bool = True
     scheduler: str | None = None
-    corpus: str | list[str] | None = Field(None, description="the target's own earlier answers (.npz files of token "
-                                           "ids, `python -m treegraft corpus`; one or a list, read as one store): the "
-                                           "n-gram drafter's second source, beside the context")
-    @property
-    def corpus_files(self) -> list[str]:
-        """The corpus files, in order ([] for none)."""
-        return [] if not self.corpus else [self.corpus] if isinstance(self.corpus, str) else list(self.corpus)
-
+    corpus: list[str] = Field(default_factory=list, description="the target's own earlier answers (.npz files of "
+                              "token ids, `python -m treegraft corpus`; models.yaml: one path or a list, read as one "
+                              "store): the n-gram drafter's second source, beside the context")
     small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs and the output head "
                                                         "as W @ x.T (treegraft/cpu_kernels.py)")
     lazy_logits: Literal["auto", "on", "off"] = Field("auto", description="verification computes the target's "
@@ -147,6 +142,12 @@ class PairConfig(_Strict):
                                               "head call (treegraft/prune.py, Pruner.lead_rows)")
     drafting: DraftingConfig = DraftingConfig()
     generation: GenerationConfig = GenerationConfig()
+
+    @field_validator("corpus", mode="before")
+    @classmethod
+    def _corpus_list(cls, v):
+        """One path or a list of them (None: no corpus)."""
+        return [] if v is None else [v] if isinstance(v, str) else v
 
 
 class ModelsFile(_Strict):

@@ -148,51 +148,31 @@ def packable(layer: torch.nn.Linear, block: int = 8) -> bool:
     return layer.weight.dtype == torch.float32 and layer.out_features % block == 0
 
 
-def _weight_left(layer: torch.nn.Linear, x: torch.Tensor, rows: int) -> torch.Tensor:
-    y = (layer.weight @ x.reshape(rows, -1).T).T  # [rows, out]
-    if layer.bias is not None:
-        y = y + layer.bias
-    return y.reshape(*x.shape[:-1], -1)
-
-
-def _transposed(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    y = x.reshape(1, -1) @ layer.weight_t  # [1, V]
-    return (y if layer.bias is None else y + layer.bias).reshape(*x.shape[:-1], -1)
-
-
-def _packed(layer: torch.nn.Linear, x: torch.Tensor, rows: int, path: str, prefetch: int) -> torch.Tensor:
-    attr, ops, _ = PACKED_KERNELS[path]
-    y = ops().packed_linear(x.reshape(rows, -1), getattr(layer, attr), prefetch)  # [rows, out]
-    if layer.bias is not None:
-        y = y + layer.bias
-    return y.reshape(*x.shape[:-1], -1)
-
-
-def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int = PREFETCH[0]) -> torch.Tensor:
-    rows = x.numel() // x.shape[-1]
-    if path in PACKED_KERNELS and getattr(layer, PACKED_KERNELS[path][0], None) is not None:
-        return _packed(layer, x, rows, path, prefetch)
-    if path == "weight_left":
-        if rows == 1 and getattr(layer, "weight_t", None) is not None:
-            return _transposed(layer, x)
-        return _weight_left(layer, x, rows)
-    return F.linear(x, layer.weight, layer.bias)
-
-
 def _product(layer: torch.nn.Linear, path: str, prefetch: int, rows: int):
-    """x [rows, in] -> x . W^T [rows, out] on `path` (what run_path computes for that many rows, bias aside), as one
-    call with its operands bound: a decoding forward runs ~200 of these, so the per-call Python is what is cut."""
+    """x [rows, in] -> x . W^T [rows, out] on `path` for that many rows (bias aside), as one call with its operands
+    bound: a decoding forward runs ~200 of these, so the per-call Python is what is cut. A packed path whose
+    packed weight this layer lacks runs stock."""
     attr = PACKED_KERNELS[path][0] if path in PACKED_KERNELS else None
     if attr is not None and getattr(layer, attr, None) is not None:
         kernel, packed = PACKED_KERNELS[path][1]().packed_linear, getattr(layer, attr)
         return lambda x: kernel(x, packed, prefetch)
     w = layer.weight
     if path == "weight_left":
-        if rows == 1 and getattr(layer, "weight_t", None) is not None:
+        if rows == 1 and getattr(layer, "weight_t", None) is not None:  # the tall head's transposed copy
             wt = layer.weight_t
             return lambda x: x @ wt
         return lambda x: (w @ x.T).T
     return lambda x: F.linear(x, w)
+
+
+def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int = PREFETCH[0]) -> torch.Tensor:
+    """The layer's output for x [..., in] on `path` (what `measure` times; a routed forward binds the same
+    products once, `routed_forward`)."""
+    rows = x.numel() // x.shape[-1]
+    y = _product(layer, path, prefetch, rows)(x.reshape(rows, -1))  # [rows, out]
+    if layer.bias is not None:
+        y = y + layer.bias
+    return y.reshape(*x.shape[:-1], -1)
 
 
 def routed_forward(layer: torch.nn.Linear, part: str, table: KernelTable):

@@ -222,7 +222,7 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
         mid_tok = _load_or_explain("mid tokenizer", pair.mid, lambda: load_tokenizer(pair.mid))
         check_vocabularies(tok, mid_tok, pair.target.describe(), pair.mid.describe())
     try:  # before the weights: a broken corpus file fails fast
-        files = [resolve_path(f) for f in pair.corpus_files]
+        files = [resolve_path(f) for f in pair.corpus]
         corpus = load_corpus(files, len(tok), pair.drafting.ngram_max) if files else None
     except CorpusError as err:
         raise ModelLoadError(f"pair '{pair.name}': {err}") from None

@@ -130,10 +130,10 @@ def save_corpus(path: Path, docs: list[list[int]], meta: dict) -> None:
     np.savez_compressed(path, tokens=flat, lengths=lengths, meta=np.array(json.dumps(meta)))
 
 
-def load_corpus(path: Path | list[Path], vocab_size: int, n_max: int) -> CorpusIndex:
+def load_corpus(path: Path | str | list[Path], vocab_size: int, n_max: int) -> CorpusIndex:
     """The index of a saved corpus, or of several read as one store; a clear error for a missing or broken file."""
     docs = []
-    for one in ([path] if isinstance(path, Path) else path):
+    for one in ([path] if isinstance(path, (str, Path)) else path):
         docs += _corpus_docs(Path(one))
     return CorpusIndex(docs, vocab_size, n_max)
 
