@@ -16,14 +16,15 @@ FAST = [p for p in PROMPTS if p.id in ("chat-01", "code-02", "sum-01")]
 GEN = GenerationConfig(max_new_tokens=64)
 FAST_GEN = GenerationConfig(max_new_tokens=40)
 BASE = load_pair("default").drafting  # the pair's own settings (B_ver = 8, adaptive budget)
-VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget)
+VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget[, other drafting settings])
     ("all-small", (1, 0, 1, 0, 1), True, True, BASE.budget, True),
     ("all-mid", (1, 0, 1, 0, 1), True, True, BASE.budget, True),
     ("fixed", (1, 0, 1, 0, 1), True, True, BASE.budget, False),
     ("fixed", (0, 1, 1, 0, 0), True, True, 63, False),  # the paper's budget: big trees, all verified
     ("fixed", (1, 0, 1, 0, 1), False, True, BASE.budget, True),  # --no-eg
     ("fixed", (0, 0, 1, 0, 1), True, False, BASE.budget, True),  # --no-nd
-    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the learned scheduler
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "off"}),  # the learned scheduler
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield"}),  # step 1 by the yield gate
     ("oracle", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # value-model search at every step
     ("csd", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the sequence-level cascade
 ]
@@ -54,12 +55,13 @@ def check_every_method(engine, fp32_pair, prompt, gen):
     ar = engine.generate(ids, MethodSpec("ar"), BASE, gen)
     assert ar.dtype == "float32" and len(ar.new_tokens) > 0
     assert ar.new_tokens == hf_greedy(engine, fp32_pair, ids, gen), "the engine's AR differs from HF generate"
-    for name, schedule, eg, nd, budget, adaptive in VARIANTS:
+    for name, schedule, eg, nd, budget, adaptive, *more in VARIANTS:
         spec = MethodSpec(name, eg=eg, nd=nd)
-        drafting = BASE.model_copy(update={"schedule": schedule, "budget": budget, "adaptive_budget": adaptive})
+        drafting = BASE.model_copy(update={"schedule": schedule, "budget": budget, "adaptive_budget": adaptive,
+                                           **(more[0] if more else {})})
         res = engine.generate(ids, spec, drafting, gen)
         first_diff = next((i for i, (a, b) in enumerate(zip(ar.new_tokens, res.new_tokens)) if a != b), None)
-        assert res.new_tokens == ar.new_tokens, f"{spec.label} {schedule}: first difference at {first_diff}"
+        assert res.new_tokens == ar.new_tokens, f"{spec.label} {schedule} {more}: first difference at {first_diff}"
         assert sum(r.accepted + 1 for r in res.rounds) >= len(res.new_tokens)
 
 

@@ -146,7 +146,8 @@ def test_shipped_scheduler_for_the_default_pair():
     assert 0 < sched.meta["sign_agreement_heldout"] <= 1 and 0 < sched.meta["share_mid_pays"] < 1
     assert len(sched.meta["cost_profiles"]) > 1  # trained on re-timed hosts: it transfers
     assert sched.meta["hardware"] and sched.meta["timings"]["t_target_ms"] > 0
-    policy = make_policy(MethodSpec("treegraft"), pair.drafting, pair.scheduler)
+    learned = pair.drafting.model_copy(update={"mid_gate": "off"})  # the pair's own treegraft gates step 1
+    policy = make_policy(MethodSpec("treegraft"), learned, pair.scheduler)
     assert isinstance(policy, LearnedPolicy) and policy.note is None
 
 
@@ -157,7 +158,8 @@ def test_missing_scheduler_falls_back_and_says_so():
 
 def test_mid_budget_b0_caps_calls_per_round():
     pair = load_pair("default")
-    policy = make_policy(MethodSpec("treegraft"), pair.drafting, pair.scheduler, b0=1)
+    policy = make_policy(MethodSpec("treegraft"), pair.drafting.model_copy(update={"mid_gate": "off"}),
+                         pair.scheduler, b0=1)
     t, _ = hand_tree()
     st = StepState(k=3, depth=5, tree=t, actions=[MID, SMALL], prompt_len=10, t_target_ms=50, t_mid_ms=10)
     policy.sched.threshold = -1e6  # force a positive margin (g_psi(z) - tau)

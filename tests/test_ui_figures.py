@@ -123,6 +123,19 @@ def test_margin_trace_marks_calls_and_threshold():
     assert any(s.y0 == 0 for s in fig.layout.shapes)
 
 
+def test_yield_gate_margin_reads_in_tokens_per_second_per_round():
+    """The gate decides step 1 only: its margin (tokens per ms) is drawn per round, in tokens per second."""
+    rounds = []
+    for i, (m, act) in enumerate([(None, "mid"), (0.004, "mid"), (-0.002, "small"), (-0.003, "small")]):
+        steps = [StepTrace(1, act, margin=m, decided_by="yield" if m is not None else "")]
+        steps += [StepTrace(k, "small") for k in (2, 3)]
+        rounds.append(RoundTrace(index=i, prefix_len=10 + i, tree=hand_round()[0].tree, bonus_token=5, steps=steps))
+    fig = margin_figure(rounds)
+    tr = trace_names(fig)
+    assert list(tr["yield margin"].y) == [4.0, -2.0, -3.0] and len(tr["mid called"].x) == 1
+    assert "tokens/s" in fig.layout.title.text and "33% of rounds" in fig.layout.title.text
+
+
 def test_speedups_counters_and_output_segments():
     runs = {"ar": {"wall_s": 2.0, "tokens": 10, "done": True, "new_tokens": list(range(10))},
             "treegraft": {"wall_s": 1.0, "tokens": 10, "done": True, "mean_accepted": 1.5, "rounds": 4,

@@ -56,6 +56,10 @@ class DraftingConfig(_Strict):
                               "prefill (as EAGLE does) for a method that calls it every round, at its first call "
                               "for the learned scheduler, which may never call it (timed as `mid_prefill`); "
                               "False: inside its first call's tree forward (the ablation)")
+    mid_gate: Literal["yield", "off"] = Field(
+        "off", description="treegraft's step 1: 'yield' = a mid call while this request's earlier calls measured "
+        "more tokens per ms than their rounds would have had without them (scheduler/online.py), the n-gram "
+        "drafter taking the later steps; 'off' = the learned scheduler decides every step (the paper)")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "

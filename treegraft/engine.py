@@ -20,7 +20,7 @@ from .drafters import make_mid_drafter
 from .drafters.ngram import NgramIndex
 from .kv import Stopwatch
 from .drafters.cascade import Cascade
-from .methods import SCHEDULED, AllMid, MethodSpec, StepState, Stepwise, build_method
+from .methods import SCHEDULED, AllMid, MethodSpec, RoundOutcome, StepState, Stepwise, build_method
 from .models import LoadedPair
 from .profile import Profile
 from .prompt_check import PromptError, check_length, check_special_only, check_text
@@ -210,9 +210,16 @@ class Engine:
     def learn(self, s: Session, v: Verified) -> None:
         """What a committed round teaches: the scheduler's timing inputs, and the pruner's T(n) and acceptance."""
         s.t_target_ms = running_mean(s.t_target_ms, 1000 * v.verify_s)
+        policy = s.plan.policy if isinstance(s.plan, Stepwise) else None
         for step in v.steps:
             if step.action == "mid":
                 s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * step.draft_s)
+        if policy is not None:  # a policy that learns within the request (the yield gate)
+            policy.observe(RoundOutcome(
+                v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
+                1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.timing_ms.get("call", 0.0),
+                self.pruner.token_row_ms(),
+                self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n))))
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
                               s.drafting.verify_cost_cap, round_ms=1000 * (v.draft_s + v.verify_s))
@@ -257,6 +264,24 @@ class Engine:
         mid_ms = [1000 * st.draft_s for st in steps if st.action == "mid"]
         if mid_ms:
             self.timing_ms["mid"] = float(np.median(mid_ms))
+
+    def calibrate_call(self, prompt_ids: list[int], drafting: DraftingConfig, pairs: int = 3) -> None:
+        """Seed what a step-1 mid call adds to a round here (the yield gate's cost, scheduler/online.py), once per
+        engine: `pairs` interleaved trial rounds of all-small and of one mid step at step 1 from the same state
+        (caches rolled back, nothing learned), the median of each; their difference is the call's whole cost
+        (the mid step, the verification of its nodes, their logits rows). Off the clock, like `calibrate_mid`."""
+        if self.timing_ms.get("call", 0.0) > 0.0 or len(prompt_ids) < 2:
+            return
+        from .methods import AllSmall, Fixed
+
+        s = self.start(prompt_ids, MethodSpec("all-mid"), drafting, GenerationConfig(max_new_tokens=1))
+        self.trial_round(s, Fixed((1, 0)))  # warm-up (the first call's allocations)
+        ms: dict[str, list[float]] = {"small": [], "call": []}
+        for _ in range(pairs):
+            for name, policy in (("small", AllSmall()), ("call", Fixed((1,) + (0,) * (drafting.depth - 1)))):
+                v = self.trial_round(s, policy)
+                ms[name].append(1000 * (v.draft_s + v.verify_s))
+        self.timing_ms["call"] = max(float(np.median(ms["call"]) - np.median(ms["small"])), 1e-3)
 
     def ar_step(self, s: Session) -> RoundTrace:
         """Plain autoregressive decoding with the KV cache: the speedup denominator."""
@@ -310,7 +335,7 @@ class Engine:
         while self.finished(s) is None:
             trace = step(s)
             s.rounds += 1
-            self.timing_ms = {"target": s.t_target_ms, "mid": s.t_mid_ms}
+            self.timing_ms.update(target=s.t_target_ms, mid=s.t_mid_ms)
             yield trace
 
     def trim(self, tokens: list[int], max_new_tokens: int) -> list[int]:
@@ -331,6 +356,8 @@ class Engine:
                                   drafting.verify_cost_cap, threads=thread_candidates(self.device))
         if method.name in SCHEDULED:
             self.calibrate_mid(prompt_ids, drafting)  # off the clock too
+        if method.name == "treegraft" and drafting.mid_gate == "yield":
+            self.calibrate_call(prompt_ids, drafting)
         watch = Stopwatch(self.device)
         s = self.start(prompt_ids, method, drafting, gen, seed)
         prefill = watch.lap()

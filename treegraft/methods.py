@@ -8,6 +8,9 @@ and its drafters, or the CSD cascade), so the engine never asks a method's name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
 
 from .config import ConfigError, DraftingConfig, resolve_path
 from .kv import Stopwatch
@@ -64,6 +67,22 @@ class Decision:
     action: int  # SMALL or MID
     margin: float | None = None
     features: list[float] | None = None
+    by: str = ""  # what computed the margin (StepTrace.decided_by)
+
+
+@dataclass
+class RoundOutcome:
+    """What a verified round tells its policy (`Policy.observe`), before anything is committed."""
+
+    tree: DraftTree
+    kept: np.ndarray  # [n] verified non-root nodes
+    path: list[int]  # the accepted path, root first
+    bonus: int  # the target's token after it
+    round_ms: float  # the round's drafting + verification
+    mid_ms: float  # its mid steps
+    call_ms: float  # what a step-1 mid call adds to a round here, measured at load (0: not measured)
+    row_ms: float  # what one more accepted token's logits row costs here
+    verify_ms: Callable[[np.ndarray], np.ndarray]  # T(n) on this host: [m] node counts -> [m] ms
 
 
 class Policy:
@@ -78,6 +97,9 @@ class Policy:
 
     def decide(self, state: StepState) -> Decision:
         raise NotImplementedError
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        """After each committed round (a policy that learns within a request reads it)."""
 
 
 class AllSmall(Policy):
@@ -112,7 +134,12 @@ SCHEDULED = ("treegraft", "oracle")  # methods whose policy reads a trained sche
 def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | None = None,
                 b0: int | None = None) -> Policy:
     """The policy of a method; `treegraft`/`oracle` need the pair's trained scheduler file and fall back
-    to the fixed schedule, saying so in `policy.note`, when the pair has none."""
+    to the fixed schedule, saying so in `policy.note`, when the pair has none. `treegraft` with
+    `mid_gate = "yield"`: step 1 by the request's yield gate (scheduler/online.py), the later ones the n-gram's."""
+    if spec.name == "treegraft" and drafting.mid_gate == "yield":
+        from .scheduler.online import GatedPolicy
+
+        return GatedPolicy(AllSmall())
     if spec.name in SCHEDULED:
         from .scheduler.policy import LearnedPolicy, OraclePolicy, SchedulerFile
 
@@ -186,7 +213,7 @@ class Stepwise:
                 watch.lap()
             step = self.drafters[decision.action].step(s, tree, k)
             step.draft_s, step.sched_s = watch.lap(), sched_s
-            step.margin, step.features = decision.margin, decision.features
+            step.margin, step.features, step.decided_by = decision.margin, decision.features, decision.by
             actions.append(decision.action)
             steps.append(step)
         return steps

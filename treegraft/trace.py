@@ -33,7 +33,9 @@ class StepTrace:
     n_k: int = 0  # |N_k|, the small pool size at this step, for the pool-size ratio
     reselect_rate: float | None = None  # mid steps: share of F_k shallower than the deepest leaf
     draft_s: float = 0.0  # drafter time of this step
-    margin: float | None = None  # scheduler's g(z) (learned policies)
+    margin: float | None = None  # the margin the decision read (learned policies: g_psi(z) - tau; the yield gate:
+    # tokens per ms with its step-1 call minus without; "call the mid" where > 0)
+    decided_by: str = ""  # what set the margin: "g_psi", "f_theta" (oracle), "yield" (the gate); "" where none did
     sched_s: float = 0.0  # scheduler decision time
     features: list[float] | None = None
 

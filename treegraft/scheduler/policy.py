@@ -138,7 +138,7 @@ class LearnedPolicy(Policy):
         z = self.tracker.vector(with_timings(st, self.sched), self.sched.tree_features, self.ctx_at)
         margin = float(self.sched.g(z[None])[0, 0]) - self.sched.threshold
         within = self.b0 is None or sum(st.actions) < self.b0
-        return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist())
+        return Decision(MID if margin > 0 and within else SMALL, margin, z.tolist(), "g_psi")
 
 
 class OraclePolicy(Policy):
@@ -168,4 +168,4 @@ class OraclePolicy(Policy):
             x = np.concatenate([np.repeat(z[None], len(fut), 0), np.full((len(fut), 1), a, np.float32), future], 1)
             best.append(float(eta_from(self.sched.value(x), self.sched.meta.get("eta_bonus", 1.0)).max()))
         margin = best[1] - best[0]
-        return Decision(MID if margin > 0 else SMALL, margin, z.tolist())
+        return Decision(MID if margin > 0 else SMALL, margin, z.tolist(), "f_theta")

@@ -1,0 +1,100 @@
+"""The step-1 yield gate (treegraft/scheduler/online.py): the counterfactual of a call round, the gate's rule, and
+the gated `treegraft` on real rounds (calls at step 1 only, the cost measured at load, output unchanged)."""
+import numpy as np
+import pytest
+
+from treegraft.config import DraftingConfig, GenerationConfig
+from treegraft.methods import MethodSpec, RoundOutcome, StepState, make_policy
+from treegraft.scheduler.online import EXPLORE_EVERY, MIN_CALLS, GatedPolicy, Yield, YieldGate, round_yield
+from treegraft.tree import MID, SMALL, DraftTree, add_child
+
+L = np.log
+
+
+def flat_cost(n: np.ndarray) -> np.ndarray:
+    """T(n) = 20 ms + 1 ms a node."""
+    return 20.0 + np.asarray(n, dtype=float)
+
+
+def outcome(tree, kept, path, bonus, call_ms=0.0, round_ms=30.0, mid_ms=2.0, row_ms=0.5) -> RoundOutcome:
+    tree.kept[kept] = True
+    return RoundOutcome(tree, np.array(kept), path, bonus, round_ms, mid_ms, call_ms, row_ms, flat_cost)
+
+
+def call_tree():
+    """root -> a (mid and n-gram) -> b (mid only) -> c (n-gram); root -> d (n-gram only)."""
+    t = DraftTree.new(100, 16)
+    a, _ = add_child(t, 0, 1, L(.5), MID, 1)
+    add_child(t, 0, 1, L(.5), SMALL, 2)  # the n-gram drafter proposes a too: confirmed by both
+    b, _ = add_child(t, a, 2, L(.5), MID, 1)
+    c, _ = add_child(t, b, 3, L(.5), SMALL, 2)
+    d, _ = add_child(t, 0, 4, L(.5), SMALL, 2)
+    return t, (a, b, c, d)
+
+
+def test_a_mid_only_node_on_the_path_ends_what_the_ngram_drafter_alone_would_have_accepted():
+    t, (a, b, c, d) = call_tree()
+    y = round_yield(outcome(t, [a, b, c, d], [0, a, b, c], bonus=7))
+    assert y.tokens == 4 and y.tokens_without == 2  # a, b, c + bonus; without the mid: a + the target's own token
+    # the parts: 2 ms of mid steps + T(4) - T(3) (b is the one mid-only node kept) + 2 tokens' rows
+    assert y.ms == 30.0 and y.ms_without == pytest.approx(30.0 - (2.0 + 1.0 + 2 * 0.5))
+
+
+def test_the_call_cost_measured_at_load_counts_where_it_exceeds_the_parts():
+    t, (a, b, c, d) = call_tree()
+    y = round_yield(outcome(t, [a, b, c, d], [0, a, b, c], bonus=7, call_ms=6.0))
+    assert y.ms_without == pytest.approx(24.0)
+
+
+def test_an_ngram_child_the_prune_left_out_counts_as_what_it_would_have_accepted():
+    t, (a, b, c, d) = call_tree()
+    e, _ = add_child(t, a, 9, L(.2), SMALL, 3)  # drafted by the n-gram drafter, not kept
+    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=9))
+    assert y.tokens == 2 and y.tokens_without == 3  # the path is the n-gram's, and so was its next token
+    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=5))
+    assert y.tokens_without == 2  # nothing left out matched: the same path
+
+
+def test_the_gate_calls_first_then_follows_its_margin_and_still_explores():
+    gate = YieldGate()
+    assert gate.margin is None and gate.wants_call()
+    for _ in range(MIN_CALLS):
+        assert gate.wants_call()
+        gate.observe(True, Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0))  # a call that yields nothing
+    assert gate.margin < 0 and not gate.wants_call()
+    for _ in range(EXPLORE_EVERY - 1):
+        gate.observe(False, None)
+    assert gate.wants_call()  # every EXPLORE_EVERY-th round it calls anyway
+    for _ in range(8):  # calls that pay (3 tokens in 30 ms against 1 in 25 ms) open it again
+        gate.observe(True, Yield(tokens=3, ms=30.0, tokens_without=1, ms_without=25.0))
+    assert gate.margin > 0 and gate.wants_call()
+
+
+def test_the_gated_policy_decides_step_one_and_leaves_the_rest_to_the_ngram_drafter():
+    policy = make_policy(MethodSpec("treegraft"), DraftingConfig(mid_gate="yield"), "models/none/scheduler.json")
+    assert isinstance(policy, GatedPolicy) and policy.calls_every_round
+    t = DraftTree.new(100, 8)
+    for k in range(1, 6):
+        d = policy.decide(StepState(k=k, depth=5, tree=t))
+        assert d.action == (MID if k == 1 else SMALL)  # no evidence yet: step 1 calls
+
+
+def test_gated_treegraft_calls_at_step_one_only_measures_its_cost_and_keeps_the_output(tiny_head_engine):
+    engine = tiny_head_engine
+    drafting = DraftingConfig(depth=3, width=3, top_k=2, budget=8, mid_gate="yield")
+    ids = engine.encode(("t3 t5 t7 t3 t5 t9 t2",))
+    gen = GenerationConfig(max_new_tokens=16)
+    saved = dict(engine.timing_ms)
+    try:
+        engine.timing_ms = {"target": 0.0, "mid": 0.0}
+        ar = engine.generate(ids, MethodSpec("ar"), drafting, gen)
+        res = engine.generate(ids, MethodSpec("treegraft"), drafting, gen)
+        assert res.new_tokens == ar.new_tokens
+        assert engine.timing_ms["call"] > 0  # measured before the generation, off the clock
+        steps = [s for r in res.rounds for s in r.steps]
+        assert all(s.action == "small" for s in steps if s.k > 1)
+        called = [r.steps[0].action == "mid" for r in res.rounds]
+        assert all(called[:MIN_CALLS])
+        assert all(r.steps[0].margin is not None for r in res.rounds[1:])  # the gate's margin from round 2 on
+    finally:
+        engine.timing_ms = saved
