@@ -35,7 +35,7 @@ def app_url():
 def submit_args(**over):
     args = dict(prompt=PROMPT, pair="default", method="fixed", schedule="1,0,1,0,1", no_eg=False, no_nd=False,
                 paper_scores=False, max_new=24, temperature=0.0, seed=0, depth=5, width=8, budget=8, adaptive=True, compare=True,
-                corpus=True, paper_pools=False)
+                corpus=True, paper_pools=False, paper_scheduler=False)
     args.update(over)
     return list(args.values())
 
@@ -145,6 +145,23 @@ def test_real_browser(app_url, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "app-step.png"), full_page=True)
         ctx.close()
     assert not foreign, f"requests left the app's origin: {foreign[:5]}"
+
+
+def test_paper_scheduler_box_switches_treegrafts_step_one(app_url):
+    """Unticked, treegraft's step 1 is the yield gate's (its margin in the trace says so); ticked, the learned
+    scheduler decides every step (mid_gate "off" in the trace's settings)."""
+    from gradio_client import Client
+
+    client = Client(app_url, analytics_enabled=False, verbose=False)
+    for ticked, want in ((False, "yield"), (True, "off")):
+        final = client.predict(*submit_args(method="treegraft", max_new=12, compare=False, paper_scheduler=ticked),
+                               api_name="/generate")
+        trace = final[8]
+        path = trace if isinstance(trace, str) else (trace.get("path") or trace.get("value") or "")
+        run = json.loads(Path(path).read_text())
+        assert run["settings"]["drafting"]["mid_gate"] == want
+        by = {s["decided_by"] for r in run["round_traces"] for s in r["steps"] if s["margin"] is not None}
+        assert by <= ({"yield"} if want == "yield" else {"g_psi"}) and by
 
 
 def test_paper_pools_box_runs_the_ablation(app_url):

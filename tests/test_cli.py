@@ -23,7 +23,8 @@ def test_every_method_prints_the_contract_and_agrees_with_ar(capsys):
     ar = run_json(capsys, "--method", "ar")
     for args in (["--method", "all-small"], ["--method", "all-mid"], ["--method", "fixed"],
                  ["--method", "fixed", "--schedule", "0,1,0,1,1", "--no-eg"], ["--method", "fixed", "--no-nd"],
-                 ["--method", "treegraft"], ["--method", "oracle"], ["--method", "hf-pld"]):
+                 ["--method", "treegraft"], ["--method", "treegraft", "--mid-gate", "off"], ["--method", "oracle"],
+                 ["--method", "hf-pld"]):
         out = run_json(capsys, *args)
         for key, typ in FIELDS.items():
             assert isinstance(out[key], typ), (key, out[key])
@@ -34,6 +35,8 @@ def test_every_method_prints_the_contract_and_agrees_with_ar(capsys):
             assert out["mid_calls"] == 0
         if args[1] in ("treegraft", "oracle"):
             assert not out["notes"], out["notes"]  # the shipped scheduler is used, no fallback
+            gate = out["settings"]["drafting"]["mid_gate"]
+            assert gate == ("off" if "off" in args else "yield")  # the pair's, unless set (oracle ignores it)
     assert ar["mid_calls"] == 0 and ar["rounds"] == len(ar["new_tokens"])
 
 

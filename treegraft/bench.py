@@ -288,7 +288,7 @@ def report(summary: dict, meta: dict) -> str:
         lines.append(f"| {method} | " + " | ".join(fmt(by_cat.get(c, {}).get("speedup")) for c in cats) + " |")
     return "\n".join(lines + category_table(summary, cats, "speedup_ci95", "95% interval of the speedup per category")
                      + category_table(summary, cats, "mid_call_rate_per_step", "Mid calls per draft step, per category")
-                     + mid_cost_table(summary) + overhead_table(summary)) + "\n"
+                     + mid_cost_table(summary, meta) + overhead_table(summary)) + "\n"
 
 
 def cost_table(meta: dict) -> list[str]:
@@ -372,8 +372,9 @@ def category_table(summary: dict, cats: list[str], key: str, title: str) -> list
     return lines + [f"| {m} | " + " | ".join(cell(by_cat.get(c, {}).get(key)) for c in cats) + " |" for m, by_cat in rows]
 
 
-def mid_cost_table(summary: dict) -> list[str]:
-    """The mid's forward per call against AR's target forward per token (the issue's cost ratio)."""
+def mid_cost_table(summary: dict, meta: dict | None = None) -> list[str]:
+    """The mid's forward per call against AR's target forward per token (the issue's cost ratio); and, where the
+    yield gate ran, what a step-1 call added to a whole round in the trial rounds at load (its cost)."""
     ar = summary["overall"].get("ar", {}).get("all")
     ar_ms = ar["profile_ms_per_round"]["target_forward"] if ar else None
     rows = [(m, c["all"]["mid_ms_per_call"]) for m, c in summary["overall"].items()
@@ -383,6 +384,11 @@ def mid_cost_table(summary: dict) -> list[str]:
     lines = ["", "## Mid step cost", "", f"AR's target forward: {ar_ms:.1f} ms per token.", "",
              "| method | mid forward ms per call | / target step |", "|---|---|---|"]
     lines += [f"| {m} | {ms:.1f} | {ms / ar_ms:.2f} |" for m, ms in rows]
+    call = ((meta or {}).get("host") or {}).get("step1_call_ms")
+    if call:
+        lines += ["", f"A step-1 mid call added **{call:.1f} ms** to a round ({call / ar_ms:.2f} of a target step) in the "
+                  "trial rounds at load (`Engine.calibrate_call`: the call, the verification of its nodes, their rows; "
+                  "the yield gate's cost)."]
     return lines
 
 

@@ -135,7 +135,8 @@ class Engine:
 
         return {"verify_ms": at_probes(self.pruner.probe_cost or cost), "verify_ms_rounds": at_probes(cost),
                 "memory_floor_ms": round(self.target.memory_floor_ms(), 2), "row_ms": round(self.pruner.row_ms, 2),
-                "b_ver": b, "threads": self.pruner.threads}
+                "b_ver": b, "threads": self.pruner.threads,
+                **({"step1_call_ms": round(self.timing_ms["call"], 2)} if self.timing_ms.get("call") else {})}
 
     @property
     def dtype_name(self) -> str:

@@ -45,13 +45,14 @@ class Controls:
     compare: gr.Checkbox
     corpus: gr.Checkbox
     paper_pools: gr.Checkbox
+    paper_scheduler: gr.Checkbox
     go_btn: gr.Button
     stop_btn: gr.Button
 
     def inputs(self) -> list:
         return [self.prompt, self.pair, self.method, self.schedule, self.no_eg, self.no_nd, self.paper_scores,
                 self.max_new, self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive,
-                self.compare, self.corpus, self.paper_pools]
+                self.compare, self.corpus, self.paper_pools, self.paper_scheduler]
 
     @classmethod
     def place(cls, examples: list[str], pair_choices, default_pair: str, drafting) -> "Controls":
@@ -65,6 +66,9 @@ class Controls:
             no_nd = gr.Checkbox(label="w/o ND (ablation)", elem_id="no-nd")
             paper_scores = gr.Checkbox(label="Paper scores (a mid score replaces the n-gram's)",
                                        value=drafting.scores == "paper", elem_id="paper-scores")
+            paper_scheduler = gr.Checkbox(label="Paper scheduler (TreeGraft: g_psi at every step, not step 1 by "
+                                                "the measured yield)", value=drafting.mid_gate == "off",
+                                          elem_id="paper-scheduler")
         max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens", elem_id="max-new")
         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
         seed = gr.Number(value=0, precision=0, label="Seed")
@@ -88,7 +92,7 @@ class Controls:
             go_btn = gr.Button("Generate", variant="primary", elem_id="generate")
             stop_btn = gr.Button("Stop", elem_id="stop")
         return cls(prompt, pair, method, schedule, no_eg, no_nd, paper_scores, max_new, temperature, seed, depth,
-                   width, budget, adaptive, compare, corpus, paper_pools, go_btn, stop_btn)
+                   width, budget, adaptive, compare, corpus, paper_pools, paper_scheduler, go_btn, stop_btn)
 
 
 @dataclass
