@@ -5,7 +5,7 @@ import pytest
 
 from treegraft.config import DraftingConfig, GenerationConfig
 from treegraft.methods import MethodSpec, RoundOutcome, StepState, make_policy
-from treegraft.scheduler.online import EXPLORE_EVERY, MIN_CALLS, GatedPolicy, Yield, YieldGate, round_yield
+from treegraft.scheduler.online import EXPLORE_FIRST, MIN_CALLS, GatedPolicy, Yield, YieldGate, round_yield
 from treegraft.tree import MID, SMALL, DraftTree, add_child
 
 L = np.log
@@ -62,12 +62,16 @@ def test_the_gate_calls_first_then_follows_its_margin_and_still_explores():
         assert gate.wants_call()
         gate.observe(True, Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0))  # a call that yields nothing
     assert gate.margin < 0 and not gate.wants_call()
-    for _ in range(EXPLORE_EVERY - 1):
-        gate.observe(False, None)
-    assert gate.wants_call()  # every EXPLORE_EVERY-th round it calls anyway
+    for wait in (EXPLORE_FIRST, 2 * EXPLORE_FIRST):  # closed, it still calls after a wait that doubles
+        for _ in range(wait - 1):
+            gate.observe(False, None)
+            assert not gate.wants_call() or gate.since_call == wait - 1
+        assert gate.wants_call()
+        gate.observe(True, Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0))
+        assert not gate.wants_call()
     for _ in range(8):  # calls that pay (3 tokens in 30 ms against 1 in 25 ms) open it again
         gate.observe(True, Yield(tokens=3, ms=30.0, tokens_without=1, ms_without=25.0))
-    assert gate.margin > 0 and gate.wants_call()
+    assert gate.margin > 0 and gate.wants_call() and gate.wait == EXPLORE_FIRST
 
 
 def test_the_gated_policy_decides_step_one_and_leaves_the_rest_to_the_ngram_drafter():

@@ -14,7 +14,9 @@ separates them is what the calls have yielded so far in the request, and a verif
   costs more tree, mask and cache work than the parts count).
 - margin = sum(a) / sum(t) - sum(a') / sum(t') over the request's call rounds (decayed): tokens per ms with the
   call minus without it, the unit of g_psi's margin. The gate calls while it is positive, for the first
-  `MIN_CALLS` rounds (no evidence yet) and, once closed, every `EXPLORE_EVERY`-th round, so it can re-open.
+  `MIN_CALLS` rounds (no evidence yet) and, once closed, again after `EXPLORE_FIRST` rounds, so it can re-open;
+  each such call that leaves it closed doubles the wait (up to `EXPLORE_MAX`): in a request where the call never
+  pays (a summary the n-gram drafter copies) exploring costs a call every few rounds, ~5 ms each here.
 
 The later steps are the n-gram drafter's. The learned scheduler is not asked there: trained on all 2^D
 schedules, it calls the mid at steps 3-5 of every round that had a step-1 call (margin +0.1 to +0.2 where it
@@ -32,7 +34,7 @@ from ..methods import Decision, Policy, RoundOutcome, StepState
 from ..tree import MID, SMALL
 
 MIN_CALLS = 2  # call rounds before the margin decides
-EXPLORE_EVERY = 4  # a closed gate still calls every 4th round, so a request whose text changes can re-open it
+EXPLORE_FIRST, EXPLORE_MAX = 4, 16  # rounds a closed gate waits before it calls anyway (doubling while it stays closed)
 DECAY = 0.9  # per call round: the margin reads about the last ten calls
 
 
@@ -71,6 +73,7 @@ class YieldGate:
     def __init__(self):
         self.calls = 0
         self.since_call = 0  # rounds since the last call round
+        self.wait = EXPLORE_FIRST  # rounds a closed gate waits before its next call
         self.tokens = self.ms = self.tokens_without = self.ms_without = 0.0
 
     @property
@@ -82,18 +85,23 @@ class YieldGate:
 
     def wants_call(self) -> bool:
         m = self.margin
-        return self.calls < MIN_CALLS or (m is not None and m > 0) or self.since_call >= EXPLORE_EVERY - 1
+        return self.calls < MIN_CALLS or (m is not None and m > 0) or self.since_call >= self.wait - 1
 
     def observe(self, called: bool, y: Yield | None) -> None:
         if not called or y is None:
             self.since_call += 1
             return
+        explored = self.calls >= MIN_CALLS and not self.margin > 0  # a call made while the gate was closed
         self.calls += 1
         self.since_call = 0
         self.tokens = DECAY * self.tokens + y.tokens
         self.ms = DECAY * self.ms + y.ms
         self.tokens_without = DECAY * self.tokens_without + y.tokens_without
         self.ms_without = DECAY * self.ms_without + y.ms_without
+        if self.margin > 0:
+            self.wait = EXPLORE_FIRST
+        elif explored:
+            self.wait = min(2 * self.wait, EXPLORE_MAX)
 
 
 class GatedPolicy(Policy):
