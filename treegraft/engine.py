@@ -266,23 +266,40 @@ class Engine:
         if mid_ms:
             self.timing_ms["mid"] = float(np.median(mid_ms))
 
-    def calibrate_call(self, prompt_ids: list[int], drafting: DraftingConfig, pairs: int = 3) -> None:
+    def calibrate_call(self, prompt_ids: list[int], drafting: DraftingConfig, states: int = 4, pairs: int = 2) -> None:
         """Seed what a step-1 mid call adds to a round here (the yield gate's cost, scheduler/online.py), once per
-        engine: `pairs` interleaved trial rounds of all-small and of one mid step at step 1 from the same state
-        (caches rolled back, nothing learned), the median of each; their difference is the call's whole cost
-        (the mid step, the verification of its nodes, their logits rows). Off the clock, like `calibrate_mid`."""
-        if self.timing_ms.get("call", 0.0) > 0.0 or len(prompt_ids) < 2:
+        engine: at each of `states` successive rounds of an all-small generation of this prompt, `pairs` interleaved
+        trial rounds of all-small and of one mid step at step 1 from that state (caches rolled back, nothing learned),
+        the difference of their medians; the cost is the median of those differences (the call, the verification of
+        its nodes, their logits rows; one state alone read 4-10 ms here). Off the clock, like `calibrate_mid`; the
+        rounds that move the state on are committed in a throwaway session and the pruner is put back after."""
+        room = min(64, self.context - len(prompt_ids))  # new tokens the throwaway session may commit
+        if self.timing_ms.get("call", 0.0) > 0.0 or len(prompt_ids) < 2 or room < 1:
             return
         from .methods import AllSmall, Fixed
 
-        s = self.start(prompt_ids, MethodSpec("all-mid"), drafting, GenerationConfig(max_new_tokens=1))
-        self.trial_round(s, Fixed((1, 0)))  # warm-up (the first call's allocations)
-        ms: dict[str, list[float]] = {"small": [], "call": []}
-        for _ in range(pairs):
-            for name, policy in (("small", AllSmall()), ("call", Fixed((1,) + (0,) * (drafting.depth - 1)))):
-                v = self.trial_round(s, policy)
-                ms[name].append(1000 * (v.draft_s + v.verify_s))
-        self.timing_ms["call"] = max(float(np.median(ms["call"]) - np.median(ms["small"])), 1e-3)
+        saved = copy.deepcopy(self.pruner)
+        s = self.start(prompt_ids, MethodSpec("all-mid"), drafting, GenerationConfig(max_new_tokens=room))
+        call = Fixed((1,) + (0,) * (drafting.depth - 1))
+        self.trial_round(s, call)  # warm-up (the first call's allocations)
+        diffs = []
+        try:
+            for _ in range(states):
+                if self.finished(s) is not None:
+                    break
+                ms: dict[str, list[float]] = {"small": [], "call": []}
+                for _ in range(pairs):
+                    for name, policy in (("small", AllSmall()), ("call", call)):
+                        v = self.trial_round(s, policy)
+                        ms[name].append(1000 * (v.draft_s + v.verify_s))
+                diffs.append(float(np.median(ms["call"]) - np.median(ms["small"])))
+                s.plan = s.plan.with_policy(AllSmall())
+                self.speculative_round(s)  # the next state
+                s.rounds += 1
+        finally:
+            self.pruner = saved
+        if diffs:
+            self.timing_ms["call"] = max(float(np.median(diffs)), 1e-3)
 
     def ar_step(self, s: Session) -> RoundTrace:
         """Plain autoregressive decoding with the KV cache: the speedup denominator."""

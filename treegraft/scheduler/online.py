@@ -10,8 +10,8 @@ separates them is what the calls have yielded so far in the request, and a verif
   drafted n-gram child the prune left out for the mid's nodes; and taken `t'` = t - the call's cost: the larger
   of its parts in this round (the mid steps' ms, the verification of the mid-only nodes T(n) - T(n'), the logits
   rows of the a - a' extra tokens) and what a call added to a round in trial rounds at load
-  (`Engine.calibrate_call`: on a 2-core Zen 5 in fp32 the parts read ~2.3 ms, the trials ~5 ms: a bigger tree
-  costs more tree, mask and cache work than the parts count).
+  (`Engine.calibrate_call`; on a 2-core Zen 5 in fp32 the parts read ~2.3 ms a round and the whole call ~4.4 ms
+  on average: a bigger tree costs more tree, mask and cache work than the parts count).
 - margin = sum(a) / sum(t) - sum(a') / sum(t') over the request's call rounds (decayed): tokens per ms with the
   call minus without it, the unit of g_psi's margin. The gate calls while it is positive, for the first
   `MIN_CALLS` rounds (no evidence yet) and, once closed, again after `EXPLORE_FIRST` rounds, so it can re-open;
