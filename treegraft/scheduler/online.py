@@ -108,11 +108,12 @@ class GatedPolicy(Policy):
     """`treegraft` with `mid_gate = "yield"`: step 1 by the request's yield gate, later steps by `inner` (the
     n-gram drafter's, `AllSmall`). The margin it reports at step 1 is the gate's (tokens per ms, as g_psi's)."""
 
+    name = "treegraft"
     calls_every_round = True  # it calls at the first rounds of every request: the mid reads the prompt in the prefill
 
     def __init__(self, inner: Policy):
         self.inner, self.gate = inner, YieldGate()
-        self.name, self.note = inner.name, inner.note
+        self.note = inner.note
         self.called = False
 
     def start_round(self) -> None:
