@@ -8,7 +8,7 @@ import torch
 from tests.tiny import VOCAB, tiny_head, tiny_head_pair, tiny_model
 from treegraft.config import DraftingConfig, GenerationConfig
 from treegraft.drafters.head import HeadDrafter, load_head, node_levels, save_head
-from treegraft.methods import MethodSpec
+from treegraft.methods import MethodSpec, Policy
 from treegraft.tree import MID, SMALL, DraftTree, add_child, mid_pool, path_to, unvisited_closure
 
 ATOL = 1e-4
@@ -158,7 +158,7 @@ def test_the_mid_reads_the_prompt_in_the_prefill_when_the_method_calls_it_every_
         assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
 
 
-class _ThirdRoundOnly:
+class _ThirdRoundOnly(Policy):
     """A policy of the learned scheduler's kind (it may never call the mid): the mid at step 2 of round 3 only."""
 
     name, calls_mid, calls_every_round, note = "third-round", True, False, None
