@@ -595,3 +595,13 @@ def test_a_finished_block_is_kept_in_the_store_and_read_on_a_fresh_machine(monke
     ids, _, info = dh.feature_cache(tiny_model(1), None, dh.HeadSettings(seq_len=16, answers=later, data="answers"))
     assert info["answers"]["answers"] == 3 and ids.shape == (7, 16)  # block 1's 3 answers only
     assert answers.target_answers(None, None, later) == rows[1]
+
+
+def test_mid_top_k_bounds_the_children_a_mid_step_grafts(tiny_head_engine):
+    """`mid_top_k` sets K for mid steps alone: a mid step at step 1 grafts that many children under the root."""
+    ids = tiny_head_engine.encode(("t3 t5 t7 t3 t5 t9 t2",))
+    for mk in (1, 3):
+        d = DraftingConfig(depth=1, width=3, top_k=3, budget=8, schedule=(1,), mid_top_k=mk)
+        res = tiny_head_engine.generate(ids, MethodSpec("fixed"), d, GenerationConfig(max_new_tokens=3))
+        tree = res.rounds[0].tree
+        assert sum(p == 0 and dr == MID for p, dr in zip(tree.parent, tree.drafter)) == mk

@@ -30,6 +30,8 @@ class DraftingConfig(_Strict):
     depth: int = Field(5, ge=1, le=16, description="D: draft steps per round")
     width: int = Field(8, ge=1, le=64, description="W: frontier width per step")
     top_k: int = Field(4, ge=1, le=32, description="K: children proposed per frontier node")
+    mid_top_k: int | None = Field(None, ge=1, le=32, description="K of a mid step alone (None: K, as the n-gram "
+                                  "drafter's)")
     budget: int = Field(63, ge=1, le=512, description="B_ver: non-root nodes kept for verification")
     ngram_max: int = Field(5, ge=1, le=16, description="n_max of the small (n-gram) drafter")
     span_max: int = Field(10, ge=0, le=32, description="longest copied span a small step may add under one "

@@ -202,7 +202,8 @@ class Engine:
     def new_tree(self, s: Session) -> DraftTree:
         d = s.drafting
         self.mid.begin_round()
-        tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (d.top_k + d.span_max))
+        k = max(d.top_k, d.mid_top_k or 0)
+        tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (k + d.span_max))
         if d.scores == "calibrated":
             tree.calibration = self.pruner.acceptance
         tree.keep_budget = self.keep_budget(d)

@@ -85,7 +85,8 @@ class MidGrafter:
         refresh_children(tree, batch, logq)
         frontier = top_w(tree, pool, d.width)
         tree.graft_site[frontier] = True
-        top_tokens, top_lp = logq.topk(torch.from_numpy(rows_of(batch, tree.n)[frontier]), d.top_k)  # [W, K]
+        top_tokens, top_lp = logq.topk(torch.from_numpy(rows_of(batch, tree.n)[frontier]),
+                                       d.mid_top_k or d.top_k)  # [W, K]
         added, confirmed, removed = [], [], []
         for f, toks, lps in zip(frontier.tolist(), top_tokens.tolist(), top_lp.tolist()):
             if not tree.alive[f]:  # w/o ND: an earlier graft site's overwrite deleted it
