@@ -179,3 +179,23 @@ def test_the_corpus_is_switched_per_method_and_per_generation():
     for flag, want in (([], True), (["--corpus", "off"], False)):
         args = build_parser().parse_args(["generate", "--prompt", "x", *flag])
         assert settings_from_args(pair, args)[0].corpus is want
+
+
+def test_draft_vocabulary_ranked_by_the_targets_own_answers(tmp_path):
+    """`draft-vocab --answer-store`: answer tokens (never prompt tokens) of every stored block, most frequent first."""
+    import gzip
+    import json
+
+    from treegraft.distill import write_draft_vocab
+
+    store = tmp_path / "store"
+    store.mkdir()
+    blocks = [[{"ids": [9, 9, 9, 9, 5, 7, 7, 3], "prompt_len": 4, "sampled": False}],
+              [{"ids": [9, 7, 3, 3, 3], "prompt_len": 1, "sampled": True}]]
+    for i, rows in enumerate(blocks):
+        with gzip.open(store / f"answers-b{i}.jsonl.gz", "wt") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "vocab.json"
+    info = write_draft_vocab(list(range(16)), out, size=3, answer_store=store)
+    assert json.loads(out.read_text()) == [3, 7, 5]  # 3 x4, 7 x3, 5 x1; the prompts' 9s are not counted
+    assert info["tokens_counted"] == 8 and info["coverage"][2048] == 1.0

@@ -172,7 +172,8 @@ def _draft_vocab(args) -> int:
 
     pair = load_pair(args.pair, args.models)
     out = Path(args.out) if args.out else resolve_path(pair.mid.draft_vocab or "draft_vocab.json")
-    info = write_draft_vocab(load_tokenizer(pair.target), out, args.size)
+    store = resolve_path(args.answer_store) if args.answer_store else None
+    info = write_draft_vocab(load_tokenizer(pair.target), out, args.size, answer_store=store)
     print(json.dumps({"out": str(out), **info}))
     return 0
 
@@ -372,6 +373,9 @@ def _add_draft_vocab(sub) -> None:
     v.add_argument("--pair", default="default")
     v.add_argument("--out", default=None, help="default: the pair's mid draft_vocab path")
     v.add_argument("--size", type=int, default=16384)
+    v.add_argument("--answer-store", default=None,
+                   help="rank by the target's own answers in this store (e.g. models/smollm2-answers), not the "
+                        "distillation text")
     v.set_defaults(func=_draft_vocab)
 
 

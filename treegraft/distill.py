@@ -94,16 +94,34 @@ def token_stream(tok, settings: DistillSettings, n_conversations: int = 20_000) 
     return torch.tensor(chat), torch.tensor(code)
 
 
-def write_draft_vocab(tok, out: Path, size: int = 16384, seed: int = 0) -> dict:
-    """Token ids ranked by frequency over the distillation text (chat + code), for the mid's draft head."""
-    chat, code = token_stream(tok, DistillSettings(seed=seed))
-    counts = torch.bincount(torch.cat([chat, code]), minlength=len(tok))
-    ranked = counts.argsort(descending=True)[:size]
+def answer_tokens(store: Path) -> torch.Tensor:
+    """Every answer token (after its prompt) of every block in an answer store (`models/smollm2-answers`)."""
+    import gzip
+
+    ids: list[int] = []
+    for f in sorted(store.glob("*.jsonl.gz")):
+        with gzip.open(f, "rt") as fh:
+            for line in fh:
+                row = json.loads(line)
+                ids += row["ids"][row["prompt_len"]:]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def write_draft_vocab(tok, out: Path, size: int = 16384, seed: int = 0, answer_store: Path | None = None) -> dict:
+    """Token ids ranked by frequency, for the mid's draft head: over the target's own answers in `answer_store`
+    (what the head drafts at run time: its translations' words too), or over the distillation text (chat + code)."""
+    if answer_store is not None:
+        stream = answer_tokens(answer_store)
+    else:
+        stream = torch.cat(token_stream(tok, DistillSettings(seed=seed)))
+    counts = torch.bincount(stream, minlength=len(tok))
+    ranked = counts.argsort(descending=True, stable=True)[:size]
     ranked = ranked[counts[ranked] > 0].tolist()
     out.write_text(json.dumps(ranked))
     total = counts.sum().item()
     cover = {n: round(counts[ranked[:n]].sum().item() / total, 4) for n in (2048, 4096, 8192, 16384)}
-    return {"tokens_counted": total, "size": len(ranked), "coverage": cover}
+    return {"tokens_counted": total, "size": len(ranked), "coverage": cover,
+            "source": str(answer_store) if answer_store is not None else "distillation text"}
 
 
 def build_student(target, layers: int):
