@@ -96,15 +96,10 @@ def token_stream(tok, settings: DistillSettings, n_conversations: int = 20_000) 
 
 def answer_tokens(store: Path) -> torch.Tensor:
     """Every answer token (after its prompt) of every block in an answer store (`models/smollm2-answers`)."""
-    import gzip
+    from .answers import read_rows
 
-    ids: list[int] = []
-    for f in sorted(store.glob("*.jsonl.gz")):
-        with gzip.open(f, "rt") as fh:
-            for line in fh:
-                row = json.loads(line)
-                ids += row["ids"][row["prompt_len"]:]
-    return torch.tensor(ids, dtype=torch.long)
+    rows = [r for f in sorted(store.glob("*.jsonl.gz")) for r in read_rows(f)]
+    return torch.tensor([t for r in rows for t in r["ids"][r["prompt_len"]:]], dtype=torch.long)
 
 
 def write_draft_vocab(tok, out: Path, size: int = 16384, seed: int = 0, answer_store: Path | None = None) -> dict:

@@ -212,11 +212,11 @@ class Engine:
     def learn(self, s: Session, v: Verified) -> None:
         """What a committed round teaches: the scheduler's timing inputs, and the pruner's T(n) and acceptance."""
         s.t_target_ms = running_mean(s.t_target_ms, 1000 * v.verify_s)
-        policy = s.plan.policy if isinstance(s.plan, Stepwise) else None
         for step in v.steps:
             if step.action == "mid":
                 s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * step.draft_s)
-        if policy is not None:  # a policy that learns within the request (the yield gate)
+        policy = s.plan.policy if isinstance(s.plan, Stepwise) else None
+        if policy is not None and policy.observes:  # a policy that learns within the request (the yield gate)
             policy.observe(RoundOutcome(
                 v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
                 1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.timing_ms.get("call", 0.0),

@@ -91,6 +91,7 @@ class Policy:
     calls_mid = True  # whether it may ever call the mid (if not, the mid is never fed the prompt)
     calls_every_round = True  # whether it calls the mid in (nearly) every round: then the mid reads the prompt in
     # the prefill; a policy that calls it only where it pays (the learned scheduler) feeds it at its first call
+    observes = False  # whether it learns within a request from each verified round (`observe`; the yield gate)
 
     def start_round(self) -> None:
         """Called before each round's first step."""
@@ -99,7 +100,7 @@ class Policy:
         raise NotImplementedError
 
     def observe(self, outcome: RoundOutcome) -> None:
-        """After each committed round (a policy that learns within a request reads it)."""
+        """After each committed round, for a policy that `observes`."""
 
 
 class AllSmall(Policy):
@@ -139,7 +140,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
     if spec.name == "treegraft" and drafting.mid_gate == "yield":
         from .scheduler.online import GatedPolicy
 
-        return GatedPolicy(AllSmall())
+        return GatedPolicy()
     if spec.name in SCHEDULED:
         from .scheduler.policy import LearnedPolicy, OraclePolicy, SchedulerFile
 

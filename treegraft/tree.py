@@ -108,6 +108,11 @@ def _set_one(tree: DraftTree, v: int, drafter: int, logp: float) -> None:
         tree.logp[v] = tree.calibration.one(float(tree.raw[v, 0]), float(tree.raw[v, 1]))
 
 
+def proposed_by(tree: DraftTree, nodes, drafter: int) -> np.ndarray:
+    """[len(nodes)] bool: the drafter proposed each node's token there (created it or confirmed it)."""
+    return (tree.confirmed[np.asarray(nodes, dtype=np.int64)] & (1 << drafter)) != 0
+
+
 def node_levels(tree: DraftTree, nodes: np.ndarray, evaluated: set[int]) -> np.ndarray:
     """[n] level of each node (index order): 0 if its parent was evaluated by the mid (or it is the root),
     else one more than its parent's (the parent is then in `nodes`, at an earlier index). A draft head runs

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..methods import Decision, Policy, RoundOutcome, StepState
-from ..tree import MID, SMALL
+from ..tree import MID, SMALL, proposed_by
 
 MIN_CALLS = 2  # call rounds before the margin decides
 EXPLORE_FIRST, EXPLORE_MAX = 4, 16  # rounds a closed gate waits before it calls anyway (doubling while it stays closed)
@@ -52,15 +52,14 @@ def round_yield(o: RoundOutcome) -> Yield:
     """A call round's yield (module docstring). The path's leading n-gram nodes are what the n-gram drafter's
     own tree would have accepted; the mid-only nodes cost their verification and the extra tokens' rows."""
     tree, path = o.tree, o.path
-    small = [bool(tree.confirmed[v] & (1 << SMALL)) for v in path[1:]]
-    lead = next((i for i, s in enumerate(small) if not s), len(small))  # accepted n-gram nodes before a mid-only one
+    small = proposed_by(tree, path[1:], SMALL)
+    lead = int(np.argmin(small)) if not small.all() else len(small)  # accepted n-gram nodes before a mid-only one
     if lead == len(small):  # the whole path is the n-gram's: was its next token drafted by it but cut for the mid's?
         child = tree.child_of.get((int(path[-1]), int(o.bonus)))
-        if child is not None and tree.confirmed[child] & (1 << SMALL) and not tree.kept[child]:
+        if child is not None and proposed_by(tree, [child], SMALL)[0] and not tree.kept[child]:
             lead += 1
-    kept = np.asarray(o.kept, dtype=np.int64)
-    small_kept = int(sum(bool(tree.confirmed[v] & (1 << SMALL)) for v in kept.tolist()))
-    verify_with, verify_without = o.verify_ms(np.array([len(kept), small_kept]))
+    small_kept = int(proposed_by(tree, o.kept, SMALL).sum())
+    verify_with, verify_without = o.verify_ms(np.array([len(o.kept), small_kept]))
     extra = max(0, len(path) - 1 - lead)  # tokens only the mid's nodes gave
     parts = o.mid_ms + max(0.0, float(verify_with - verify_without)) + extra * o.row_ms
     saved = max(parts, o.call_ms)  # the parts miss what a bigger tree costs elsewhere (measured at load: call_ms)
@@ -105,27 +104,24 @@ class YieldGate:
 
 
 class GatedPolicy(Policy):
-    """`treegraft` with `mid_gate = "yield"`: step 1 by the request's yield gate, later steps by `inner` (the
-    n-gram drafter's, `AllSmall`). The margin it reports at step 1 is the gate's (tokens per ms, as g_psi's)."""
+    """`treegraft` with `mid_gate = "yield"`: step 1 by the request's yield gate, the later steps the n-gram
+    drafter's. The margin it reports at step 1 is the gate's (tokens per ms, as g_psi's)."""
 
     name = "treegraft"
     calls_every_round = True  # it calls at the first rounds of every request: the mid reads the prompt in the prefill
+    observes = True
 
-    def __init__(self, inner: Policy):
-        self.inner, self.gate = inner, YieldGate()
-        self.note = inner.note
-        self.called = False
+    def __init__(self):
+        self.gate, self.called = YieldGate(), False
 
     def start_round(self) -> None:
         self.called = False
-        self.inner.start_round()
 
     def decide(self, st: StepState) -> Decision:
-        if st.k == 1:
-            self.called = self.gate.wants_call()
-            return Decision(MID if self.called else SMALL, self.gate.margin, by="yield")
-        return self.inner.decide(st)
+        if st.k > 1:
+            return Decision(SMALL)
+        self.called = self.gate.wants_call()
+        return Decision(MID if self.called else SMALL, self.gate.margin, by="yield")
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.gate.observe(self.called, round_yield(outcome) if self.called else None)
-        self.inner.observe(outcome)
