@@ -46,7 +46,7 @@ distill: install
 	$(PY) -m treegraft distill --pair smollm2-lm --kind lm --layers 4 --minutes 55 --seed 0
 
 # the default pair's draft head: trains in artifacts/head-run from the committed head, on the target's own
-# answers to the latest blocks (run 9: chat blocks 6-7 of 640 prompts, task blocks 4-5 of 480, read
+# answers to the latest blocks (run 12: chat blocks 8-9 of 640 prompts, task blocks 6-7 of 480, read
 # from the repository's answer store models/smollm2-answers, answered there when missing) + distillation text,
 # with the cheaper candidates loss (under bf16 autocast where the CPU has native bf16), then copies it into
 # models/smollm2-head if its agreement table is better; the next run adds blocks: raise --answers / --tasks and
@@ -55,21 +55,21 @@ distill: install
 # the committed head)
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 5760 --tasks 3360 \
-		--first-block 7 --first-task-block 5 --answer-store models/smollm2-answers --depths 2 \
-		--loss candidates --precision auto --minutes 18 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
+	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 6400 --tasks 3840 \
+		--first-block 8 --first-task-block 6 --answer-store models/smollm2-answers --depths 2 \
+		--loss candidates --precision auto --minutes 20 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
 
 # the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to prompts that are never the
 # bench's, nor share a passage with an evaluated prompt. corpus.npz: chat block 0 + task block 0 (640 + 480
-# prompts); store.npz: chat blocks 4-8 and task blocks 3-6 (distill-head's). Every block is kept in
+# prompts); store.npz: chat blocks 4-9 and task blocks 3-7 (distill-head's). Every block is kept in
 # models/smollm2-answers and read from there (seconds); a block missing there is answered in the same cache as
 # distill-head's (resumable: the cache files are the state)
 corpus: install
 	$(PY) -m pip install -q -r requirements-distill.txt
 	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480 --answer-store models/smollm2-answers \
 		--out models/smollm2-corpus/corpus.npz
-	$(PY) -m treegraft corpus --pair default --answers 5760 --first-block 4 --tasks 3360 --first-task-block 3 \
+	$(PY) -m treegraft corpus --pair default --answers 6400 --first-block 4 --tasks 3840 --first-task-block 3 \
 		--answer-store models/smollm2-answers --out models/smollm2-corpus/store.npz
 
 # the app's gallery of recorded traces (ui/gallery/): re-record after engine or scheduler changes

@@ -42,12 +42,16 @@ def tiny():
     return target, tiny_head(target)
 
 
-@pytest.mark.parametrize("small_batch,prefilled", [(False, False), (True, False), (False, True)])
-def test_head_matches_sequential(tiny, small_batch, prefilled):
+@pytest.mark.parametrize("small_batch,prefilled,direct", [(False, False, False), (True, False, False),
+                                                         (False, True, False), (True, True, True)])
+def test_head_matches_sequential(tiny, small_batch, prefilled, direct):
     """Three mid steps on one tree: n-gram-grown nodes under unvisited parents are evaluated in levels; the
-    scores the same whether the output rows run stock or on the measured small-batch CPU paths, and whether
-    the prompt was fed in the prefill or by the first call."""
+    scores the same whether the output rows run stock or on the measured small-batch CPU paths, whether
+    the prompt was fed in the prefill or by the first call, and whether the head calls its body's layers
+    directly (the sequential reference always runs the body's own forward)."""
     target, head = tiny
+    head.direct = direct and head.check_direct()
+    assert head.direct == direct
     drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB, small_batch=small_batch)
     assert hasattr(drafter.scorer, "kernel_table") == small_batch
     feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
@@ -69,6 +73,32 @@ def test_head_matches_sequential(tiny, small_batch, prefilled):
             assert torch.allclose(scores.logq[i], ref, atol=ATOL), (step, v, (scores.logq[i] - ref).abs().max())
         grow(tree, rng, 8, MID if step % 2 else SMALL, step + 2)  # new nodes under visited and unvisited ones
     assert drafter.cached == len(PROMPT) - 1
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers):
+    """`check_direct` finds the layers called in turn bit-equal to the body's own forward on a Llama-class head
+    (so `load_head` turns it on), and so they are on a tree batch over a cache; a body whose forward does
+    more than rotary -> layers -> norm fails the check and keeps its own forward."""
+    target = tiny_model(1)
+    head = tiny_head(target, layers=layers)
+    assert head.check_direct()
+    rng = np.random.default_rng(1)
+    tree = DraftTree.new(PROMPT[-1], capacity=64)
+    grow(tree, rng, 12, SMALL, 1)
+    nodes = np.arange(tree.n)  # the root and every node, in levels
+    drafters = [HeadDrafter(head, target.get_output_embeddings().weight, VOCAB) for _ in range(2)]
+    feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
+    scores = []
+    for direct, drafter in zip((True, False), drafters):
+        head.direct = direct
+        drafter.start(feats)
+        drafter.prefill(PROMPT)
+        scores.append(drafter.evaluate(tree, PROMPT, nodes).logq)
+    assert torch.equal(*scores)
+    own = head.body.forward  # a model forward that scales its inputs first (as Gemma's does)
+    head.body.forward = lambda inputs_embeds, **kw: own(inputs_embeds=inputs_embeds * 2.0, **kw)
+    assert not head.check_direct() and not head.direct
 
 
 def test_a_two_layer_head_matches_sequential_and_saves_its_layers(tmp_path):

@@ -70,11 +70,57 @@ class DraftHead(nn.Module):
         self.fc = nn.Linear(2 * h, h, bias=False)
         self.body = AutoModel.from_config(cfg, dtype=torch.float32)  # a `layers`-layer model of the target's class
         self.body.embed_tokens = embeddings  # the target's own, frozen, not saved
+        self.direct = False  # call the body's layers directly (`check_direct`)
 
-    def forward(self, feats: torch.Tensor, ids: torch.Tensor, **kw) -> torch.Tensor:
-        """feats [b, n, H] (the parents' features), ids [b, n] -> predicted features [b, n, H]."""
+    def forward(self, feats: torch.Tensor, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, cache=None, use_cache: bool = False) -> torch.Tensor:
+        """feats [b, n, H] (the parents' features), ids [b, n], attention_mask [b, 1, n, keys] (additive; None:
+        causal), position_ids [b, n] -> predicted features [b, n, H]."""
         x = self.fc(torch.cat([feats, self.body.embed_tokens(ids).to(feats.dtype)], dim=-1))  # [b, n, H]
+        kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=use_cache)
+        if self.direct and attention_mask is not None and attention_mask.ndim == 4 and position_ids is not None:
+            return self.layers_forward(x, **kw)
         return self.body(inputs_embeds=x, **kw).last_hidden_state
+
+    def layers_forward(self, x: torch.Tensor, attention_mask, position_ids, cache, use_cache) -> torch.Tensor:
+        """The body's own stock modules called in turn (rotary embedding, decoder layers, norm), without its model
+        forward's wrapping: its mask builder (a 4-D mask passes through it unchanged), keyword merging and output
+        hooks (on a 2-core Zen 5 in fp32, one forward of 1 / 4 / 8 tree rows over a 150-token cache: 0.41 / 0.47 /
+        0.55 ms against 0.48 / 0.55 / 0.65). Used only where `check_direct` found it bit-equal to `body(...)`."""
+        position_embeddings = self.body.rotary_emb(x, position_ids=position_ids)
+        for layer in self.body.layers:
+            x = layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=use_cache,
+                      position_embeddings=position_embeddings)
+        return self.body.norm(x)
+
+    @torch.no_grad()
+    def check_direct(self) -> bool:
+        """Set `direct`: whether `layers_forward` equals the body's own forward, bit for bit, on a probe (a tree
+        mask over a cache): true for bodies whose forward is rotary -> layers -> norm (Llama, Qwen2/3, Mistral);
+        false where the model's forward does more (e.g. Gemma scales its inputs), which then keeps `body(...)`."""
+        from transformers import DynamicCache
+
+        self.direct = False
+        p = next(self.parameters())
+        g = torch.Generator().manual_seed(0)
+        h, n, past = self.config.hidden_size, 5, 7
+        x = torch.randn(1, past + n, h, generator=g).to(p.dtype)
+        mask = torch.zeros(1, 1, n, past + n)
+        mask[..., past:] = torch.where(torch.rand(n, n, generator=g) < 0.5, torch.finfo(torch.float32).min, 0.0)
+        mask[..., past:].diagonal(dim1=-2, dim2=-1).zero_()
+        mask = mask.to(p.dtype)
+        first = torch.arange(past)[None]
+        second = (past + torch.tensor([0, 1, 1, 2, 2]))[None]
+        outs = []
+        for fn in (lambda y, **kw: self.body(inputs_embeds=y, **kw).last_hidden_state, self.layers_forward):
+            cache = DynamicCache()
+            causal = torch.triu(torch.full((past, past), torch.finfo(torch.float32).min), 1)[None, None].to(p.dtype)
+            fn(x[:, :past].to(p.device), attention_mask=causal.to(p.device), position_ids=first.to(p.device),
+               cache=cache, use_cache=True)
+            outs.append(fn(x[:, past:].to(p.device), attention_mask=mask.to(p.device),
+                           position_ids=second.to(p.device), cache=cache, use_cache=True))
+        self.direct = bool(torch.equal(*outs))
+        return self.direct
 
     def own_state(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("body.embed_tokens")}
@@ -150,7 +196,9 @@ def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) ->
     head = DraftHead(config, target.get_input_embeddings(), int(cfg["treegraft_head"].get("layers", 1)))
     head.load_weights(folder / HEAD_WEIGHTS)
     head.body.embed_tokens = target.get_input_embeddings()
-    return head.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    head = head.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    head.check_direct()
+    return head
 
 
 class HeadDrafter:
