@@ -149,9 +149,10 @@ def test_background_load_runs_busy_processes_and_stops_them():
     assert not any(p.is_alive() for p in procs)
 
 
-def test_lead_rows_follow_the_likely_path_while_a_batched_row_is_cheaper_than_its_expected_lone_one():
-    """The verification's lead rows: from the root, the kept child of highest pi, while pi x H(1) > H(m+1) - H(m).
-    Head cost scripted: one row alone 4 ms, each further row in the call 0.5 ms, so nodes with pi > 0.125 join."""
+def test_lead_rows_take_the_likely_nodes_while_a_batched_row_is_cheaper_than_its_expected_lone_one():
+    """The verification's lead rows: the kept nodes by pi, most likely first, while pi x H(1) > H(m+1) - H(m), on
+    any branch. Head cost scripted: one row alone 4 ms, each further row in the call 0.5 ms, so nodes with pi >
+    0.125 join."""
     from treegraft.tree import SMALL, DraftTree, add_child
 
     p = Pruner()
@@ -165,6 +166,10 @@ def test_lead_rows_follow_the_likely_path_while_a_batched_row_is_cheaper_than_it
     nodes = np.array([0, a, b, c, d])
     assert p.lead_rows(tree, nodes) == [1, 3]  # rows of a and c in root + kept
     assert p.lead_rows(tree, np.array([0, b])) == []  # pi 0.05: not worth a row
+    e, _ = add_child(tree, 0, 14, np.log(0.3), SMALL, 1)  # a competing branch under the root (the head's, say)
+    f, _ = add_child(tree, e, 15, np.log(0.5), SMALL, 2)  # pi 0.15
+    assert p.lead_rows(tree, np.array([0, a, b, c, d, e, f])) == [1, 3, 5, 6]  # a, c, then e and f on the other branch
+    assert p.lead_rows(tree, np.array([0, a, b, c, d, e, f]), "path") == [1, 3]  # one path: e and f stay lazy
     chain = DraftTree.new(5, capacity=16)
     for depth in range(1, 13):  # a long copied span: pi 0.97^depth, past the 8 rows the calibration timed
         add_child(chain, depth - 1, 20 + depth, np.log(0.97), SMALL, 1)
@@ -191,5 +196,5 @@ def test_a_lazy_targets_calibration_times_the_head_by_rows():
             return 1000 * (clock() - t0)
 
     p = calibrated(LazyHost())
-    assert p.head_cost.ms == pytest.approx({0: 4.0, 1: 4.5, 3: 5.5, 7: 7.5})
+    assert p.head_cost.ms == pytest.approx({0: 4.0, 1: 4.5, 3: 5.5, 7: 7.5, 15: 11.5})
     assert not calibrated(ScriptedHost()).head_cost  # an eager target: nothing to time

@@ -62,6 +62,10 @@ class DraftingConfig(_Strict):
         "off", description="treegraft's step 1: 'yield' = a mid call while this request's earlier calls measured "
         "more tokens per ms than their rounds would have had without them (scheduler/online.py), the n-gram "
         "drafter taking the later steps; 'off' = the learned scheduler decides every step (the paper)")
+    lead: Literal["nodes", "path"] = Field(
+        "nodes", description="with lazy logits and lead_rows: which kept nodes' logits rows the verification computes "
+        "with the root's in one head call: 'nodes' = any, most likely first, while batching a row is cheaper than its "
+        "expected lone call; 'path' = one path from the root (the likeliest child at each node)")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "

@@ -166,7 +166,7 @@ class Engine:
         kept = self.pruner.select(tree, s.drafting.budget, s.drafting.adaptive_budget,
                                   s.drafting.verify_cost_cap)
         nodes = np.concatenate([[0], kept])                                     # root + kept, index order
-        lead = self.pruner.lead_rows(tree, nodes) if self.target.lead_rows else None  # the likely path's rows
+        lead = self.pruner.lead_rows(tree, nodes, s.drafting.lead) if self.target.lead_rows else None  # likely rows
         prune_s = watch.lap()
         logits = self.target.verify(tree, nodes, lead)                          # one tree-masked forward
         forward_s = watch.lap()

@@ -229,7 +229,7 @@ class VerifyCost:
         return np.interp(n, list(curve), list(curve.values()))
 
 
-HEAD_ROWS = (1, 2, 4, 8)  # head call sizes the calibration times (root + lead rows)
+HEAD_ROWS = (1, 2, 4, 8, 16)  # head call sizes the calibration times (root + lead rows)
 
 
 def probe_sizes(budget: int) -> list[int]:
@@ -387,30 +387,41 @@ class Pruner:
         return self.row_ms
 
     @profiled("prune")
-    def lead_rows(self, tree: DraftTree, nodes: np.ndarray) -> list[int]:
-        """Rows (positions in root + kept `nodes`, index order) of the likely accepted path that a lazy verification
-        computes with the root's row (module docstring); [] before the head's cost is measured."""
+    def lead_rows(self, tree: DraftTree, nodes: np.ndarray, rule: str = "nodes") -> list[int]:
+        """Rows (positions in root + kept `nodes`) that a lazy verification computes with the root's row (module
+        docstring): the kept nodes the acceptance walk will likely read, most likely first, while a node's chance of
+        being read (its path acceptance pi: the walk reads a node's row exactly when it accepts the node) times a
+        row computed alone beats what one more row adds to the batched call, pi x H(1) > H(m+1) - H(m).
+        rule "nodes": any kept node may join, so where two branches compete (the n-gram drafter's and the head's
+        under the root) the less likely one's rows are no longer computed alone when it wins (pi falls along a
+        path, so a node's ancestors join before it); "path": one path from the root, the likeliest child at each
+        node (the rule until 2026-12-04). [] before the head's cost is measured."""
         if not self.head_cost or len(nodes) < 2:
             return []
-        kept = nodes[1:]
-        pi = dict(zip(kept.tolist(), self.acceptance.path_acceptance(tree, kept).tolist()))
-        children: dict[int, list[int]] = {}
-        for v in kept.tolist():
-            children.setdefault(int(tree.parent[v]), []).append(v)
-        row_of = {int(v): i for i, v in enumerate(nodes.tolist())}
+        pi = self.acceptance.path_acceptance(tree, nodes[1:])  # [n - 1], row j + 1 of nodes
+        if rule == "path":
+            best: dict[int, int] = {}  # node -> its likeliest kept child's index j
+            for j, v in enumerate(nodes[1:].tolist()):
+                u = int(tree.parent[v])
+                if u not in best or pi[j] > pi[best[u]]:
+                    best[u] = j
+            order, u = [], 0
+            while u in best:
+                order.append(best[u])
+                u = int(nodes[best[u] + 1])
+        else:
+            order = np.argsort(-pi, kind="stable").tolist()
         curve = self.head_cost.ms
         keys = sorted(curve)
         last = (curve[keys[-1]] - curve[keys[-2]]) / (keys[-1] - keys[-2])  # per row past the largest call timed
         alone = curve[0]
-        lead, u = [], 0
-        while children.get(u):
-            v = max(children[u], key=pi.__getitem__)
-            m = len(lead) + 1  # rows - 1 of the call with v in it
+        lead: list[int] = []
+        for j in order:
+            m = len(lead) + 1  # rows - 1 of the call with this node in it
             more, now = self.head_cost(np.array([m, m - 1])) if m <= keys[-1] else (last, 0.0)
-            if pi[v] * alone <= more - now:
+            if pi[j] * alone <= more - now:
                 break
-            lead.append(row_of[v])
-            u = v
+            lead.append(j + 1)
         return lead
 
     def host_budget(self, budget: int, cap: float | None) -> int:

@@ -192,7 +192,8 @@ def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) ->
         raise ValueError(f"the head in {folder} has hidden size {cfg.get('hidden_size')}, "
                          f"the target {target.config.hidden_size}")
     drop = ("treegraft_head", "bos_token_id", "eos_token_id", "pad_token_id")  # no vocabulary of its own
-    config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in drop})
+    config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in drop},
+                                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
     head = DraftHead(config, target.get_input_embeddings(), int(cfg["treegraft_head"].get("layers", 1)))
     head.load_weights(folder / HEAD_WEIGHTS)
     head.body.embed_tokens = target.get_input_embeddings()
