@@ -54,7 +54,9 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     tree.small_sites), :ex=all|keepable (which pool nodes a step expands, prune.expandable), :corpus=off (the
     n-gram drafter without the pair's corpus), :pf=off (the mid fed the prompt by its first call, not in the
     prefill), :gate=yield|off (treegraft's step 1 by the request's yield gate, scheduler/online.py), :mk=N (K of a
-    mid step alone), :lead=nodes|path (which logits rows the verification batches with the root's, prune.lead_rows). So one run can sweep the tree's shape side by side, e.g. `all-small,all-small:d=3,all-small:w=4:k=2`.
+    mid step alone), :lead=nodes|path (which logits rows the verification batches with the root's,
+    prune.lead_rows). So one run can sweep the tree's shape side by side, e.g.
+    `all-small,all-small:d=3,all-small:w=4:k=2`.
     Values are validated as in models.yaml."""
     out = []
     for label in [m.strip() for m in text.split(",") if m.strip()]:
