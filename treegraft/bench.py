@@ -306,8 +306,9 @@ def cost_table(meta: dict) -> list[str]:
     t1 = curve.get(1)
     lines = ["## Verification cost on this host", "",
              f"One target forward over n tokens (root + n - 1 tree nodes), ms; memory floor of a step (reading every "
-             f"weight once) {fmt(host.get('memory_floor_ms'), '.1f')} ms; one more logits row (lazy head) "
-             f"{fmt(host.get('row_ms'), '.1f')} ms. **B_ver on this host: {host.get('b_ver')}** nodes; torch threads "
+             f"weight once) {fmt(host.get('memory_floor_ms'), '.1f')} ms; one logits row computed alone (lazy head) "
+             f"{fmt(host.get('row_ms'), '.1f') + ' ms' if host.get('row_ms') else 'not seen (the lead rows held every row read)'}"
+             f". **B_ver on this host: {host.get('b_ver')}** nodes; torch threads "
              f"chosen by the calibration: {host.get('threads') or '-'}. T: the calibration's interleaved probes "
              f"(what B_ver reads); T in rounds: that fit refined by the verified rounds (what the cut prices).", "",
              "| tokens | " + " | ".join(str(n) for n in curve) + " |", "|---|" + "---|" * len(curve),
