@@ -148,7 +148,7 @@ class PairConfig(_Strict):
                                                       "auto: on for a CPU, off for a GPU (a batched head is free there)")
     wide_kernel: bool = Field(True, description="CPU with AVX-512: the packed kernel on blocks of 16 output rows is "
                                                 "one of the measured paths (treegraft/cpu_kernels.py)")
-    lead_rows: bool = Field(True, description="with lazy logits: the likely path's rows come with the root's in one "
+    lead_rows: bool = Field(True, description="with lazy logits: the likely rows come with the root's in one "
                                               "head call (treegraft/prune.py, Pruner.lead_rows)")
     drafting: DraftingConfig = DraftingConfig()
     generation: GenerationConfig = GenerationConfig()

@@ -42,10 +42,10 @@ sampled outputs are unchanged (acceptance is lossless for any tree, including no
 
 The lead rows. Where the target computes logits lazily (target.py), acceptance reads
 the root's row and then one row per accepted node, each a head call of its own. The
-verification instead computes the likely path's rows with the root's in one call
-(`Pruner.lead_rows`): from the root, the kept child of highest pi(v), while pi(v) x
-H(1) (its row alone, if it is read) exceeds H(m + 1) - H(m) (one more row in the
-batched call); H is the head's cost by rows, timed by the calibration beside T(n).
+verification instead computes the likely rows with the root's in one call
+(`Pruner.lead_rows`): the kept nodes by pi(v), on any branch, while pi(v) x H(1)
+(its row alone, if it is read) exceeds H(m + 1) - H(m) (one more row in the batched
+call); H is the head's cost by rows, timed by the calibration beside T(n).
 The cut then counts an accepted token's row at that batched cost (`token_row_ms`).
 """
 from __future__ import annotations

@@ -13,8 +13,8 @@ root's row in the forward and every further row when acceptance reaches it
 (`TreeLogits.row`): the same per-row products, so greedy output is unchanged. On a
 GPU the head over all rows is as cheap as over one, and one batched call is kept.
 
-A lazy verification may also name its likely path (`lead`: rows the acceptance will
-probably read, in the order it would): the forward computes them with the root's row
+A lazy verification may also name its likely rows (`lead`: rows the acceptance will
+probably read, most likely first): the forward computes them with the root's row
 in one batched head call, which on a CPU costs a fraction of a row computed alone
 (the head's weights are read once for all of them; `Pruner.lead_rows` decides by the
 measured head cost). Any other row is still computed when first read.
@@ -42,7 +42,7 @@ class TreeLogits:
         self.first = 0  # rows computed in the forward (lazy)
         if lazy:
             rows = [0] + [r for r in dict.fromkeys(lead or []) if 0 < r < len(features)]
-            self.computed = dict(zip(rows, head(features[rows])))  # one call: root + the likely path
+            self.computed = dict(zip(rows, head(features[rows])))  # one call: root + the likely rows
             self.first = len(rows)
 
     def __len__(self) -> int:
