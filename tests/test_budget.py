@@ -272,3 +272,18 @@ def test_mid_calls_score_only_keepable_nodes_and_stay_exact(engine, pair_draftin
         pools[expand] = [len(st.pool) for r in res.rounds for st in r.steps]
     assert max(pools["keepable"]) <= 4
     assert max(pools["all"]) > 4
+
+
+def test_the_cut_among_ngram_nodes_ignores_the_mids_scores_and_prices_them_as_select_would():
+    """`cut_among`: what an all-small round's cut would verify of the n-gram nodes (the yield gate's
+    counterfactual): the mid's column does not count, and the same choose() prices them."""
+    pruner = Pruner()
+    pruner.verify_cost.ms = {0: 50.0, 1: 55.0, 3: 65.0, 7: 85.0}  # 5 ms a node: a node pays from pi 0.1
+    tree = chain_tree([0.9, 0.3, 0.3])  # pi 0.9, 0.27, 0.08
+    add_child(tree, 2, 102, math.log(0.99), MID, 1)  # the mid confirms node 3 (token 102 under node 2) confidently
+    nodes = np.array([1, 2, 3])
+    cut = pruner.cut_among(tree, nodes, 63, adaptive=True)
+    order, _ = choose(np.array([0.9, 0.27, 0.081]), pruner.verify_cost)
+    assert cut.tolist() == sorted(nodes[order].tolist()) == [1, 2]  # node 3 is cut on its n-gram score alone
+    assert pruner.cut_among(tree, nodes[:1], 63, adaptive=True).tolist() == [1]  # only the nodes given
+    assert pruner.cut_among(tree, nodes, 2, adaptive=False).tolist() == [1, 2]  # no cost model: the prune to B_ver

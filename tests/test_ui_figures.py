@@ -132,7 +132,7 @@ def test_yield_gate_margin_reads_in_tokens_per_second_per_round():
         rounds.append(RoundTrace(index=i, prefix_len=10 + i, tree=hand_round()[0].tree, bonus_token=5, steps=steps))
     fig = margin_figure(rounds)
     tr = trace_names(fig)
-    assert list(tr["yield margin"].y) == [4.0, -2.0, -3.0] and len(tr["mid called"].x) == 1
+    assert list(tr["yield bound"].y) == [4.0, -2.0, -3.0] and len(tr["mid called"].x) == 1
     assert "tokens/s" in fig.layout.title.text and "33% of rounds" in fig.layout.title.text
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from treegraft.config import DraftingConfig, GenerationConfig
 from treegraft.methods import MethodSpec, RoundOutcome, StepState, make_policy
-from treegraft.scheduler.online import EXPLORE_FIRST, MIN_CALLS, GatedPolicy, Yield, YieldGate, round_yield
+from treegraft.scheduler.online import (DECAY, EXPLORE_FIRST, MIN_CALLS, PRIOR_ROUNDS, PRIOR_SD, Z, GatedPolicy, Yield,
+                                       YieldGate, ngram_subtree, round_yield)
 from treegraft.tree import MID, SMALL, DraftTree, add_child
 
 L = np.log
@@ -55,23 +56,70 @@ def test_an_ngram_child_the_prune_left_out_counts_as_what_it_would_have_accepted
     assert y.tokens_without == 2  # nothing left out matched: the same path
 
 
-def test_the_gate_calls_first_then_follows_its_margin_and_still_explores():
+def test_without_the_call_the_round_verifies_what_the_cut_makes_of_the_ngram_nodes_alone():
+    t, (a, b, c, d) = call_tree()
+    assert ngram_subtree(t).tolist() == [a, d]  # c is the n-gram's, but under the mid-only b
+    given = []
+
+    def all_of_them(tree, nodes):
+        given.append(nodes.tolist())
+        return nodes
+
+    o = outcome(t, [a, b, c, d], [0, a, b, c], bonus=7)
+    o.small_cut = all_of_them
+    y = round_yield(o)
+    assert given == [[a, d]] and y.tokens_without == 2  # a, then the target's token
+    assert y.ms_without == pytest.approx(30.0 - (2.0 + (24.0 - 22.0) + 2 * 0.5))  # T(4) - T(2): 2 nodes more
+    o.small_cut = lambda tree, nodes: nodes[nodes != a]  # an all-small cut would not have verified a
+    assert round_yield(o).tokens_without == 1
+
+
+NOTHING = Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0)  # a call that yields nothing, at 5 ms
+PAYS = Yield(tokens=3, ms=30.0, tokens_without=1, ms_without=25.0)  # 3 tokens in 30 ms against 1 in 25 ms
+
+
+def test_the_gate_closes_only_on_evidence_then_explores_and_reopens():
     gate = YieldGate()
     assert gate.margin is None and gate.wants_call()
-    for _ in range(MIN_CALLS):
+    for _ in range(MIN_CALLS + 1):  # a few calls that yield nothing do not close it: the prior spread of a round
         assert gate.wants_call()
-        gate.observe(True, Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0))  # a call that yields nothing
-    assert gate.margin < 0 and not gate.wants_call()
+        gate.observe(True, NOTHING)
+    assert gate.margin < 0 < gate.bound and gate.wants_call()
+    calls = 0
+    while gate.wants_call():  # the same evidence, repeated, does
+        gate.observe(True, NOTHING)
+        calls += 1
+        assert calls < 20
+    assert gate.bound < 0
     for wait in (EXPLORE_FIRST, 2 * EXPLORE_FIRST):  # closed, it still calls after a wait that doubles
         for _ in range(wait - 1):
             gate.observe(False, None)
             assert not gate.wants_call() or gate.since_call == wait - 1
         assert gate.wants_call()
-        gate.observe(True, Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0))
+        gate.observe(True, NOTHING)
         assert not gate.wants_call()
-    for _ in range(8):  # calls that pay (3 tokens in 30 ms against 1 in 25 ms) open it again
-        gate.observe(True, Yield(tokens=3, ms=30.0, tokens_without=1, ms_without=25.0))
-    assert gate.margin > 0 and gate.wants_call() and gate.wait == EXPLORE_FIRST
+    for _ in range(3):  # calls that pay open it again
+        gate.observe(True, PAYS)
+    assert gate.bound > 0 and gate.wants_call() and gate.wait == EXPLORE_FIRST
+
+
+def test_the_gate_bound_is_the_margin_plus_its_standard_error_over_the_decayed_rounds():
+    rng = np.random.default_rng(0)
+    gate, ys = YieldGate(), []
+    for _ in range(12):
+        y = Yield(int(rng.integers(1, 5)), float(rng.uniform(20, 35)), int(rng.integers(1, 4)), float(rng.uniform(18, 30)))
+        gate.observe(True, y)
+        ys.append(y)
+    y = np.array([(r.tokens, r.ms, r.tokens_without, r.ms_without) for r in ys])
+    w = DECAY ** np.arange(len(y))[::-1]
+    a, t, a0, t0 = w @ y
+    assert gate.margin == pytest.approx(a / t - a0 / t0)
+    x = (y[:, 0] - y[:, 2]) - a0 / t0 * (y[:, 1] - y[:, 3])
+    assert (w @ x) / t == pytest.approx(gate.margin)  # the margin is the mean x over the mean t
+    spread = w @ (x - (w @ x) / w.sum()) ** 2
+    sd = np.sqrt((PRIOR_ROUNDS * PRIOR_SD ** 2 + spread) / (PRIOR_ROUNDS + w.sum()))
+    se = sd / np.sqrt(w.sum() ** 2 / (w @ w)) / (t / w.sum())
+    assert gate.bound == pytest.approx(gate.margin + Z * se)
 
 
 def test_the_gated_policy_decides_step_one_and_leaves_the_rest_to_the_ngram_drafter():

@@ -221,7 +221,9 @@ class Engine:
                 v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
                 1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.timing_ms.get("call", 0.0),
                 self.pruner.token_row_ms(),
-                self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n))))
+                self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n)),
+                lambda tree, nodes: self.pruner.cut_among(tree, nodes, s.drafting.budget, s.drafting.adaptive_budget,
+                                                          s.drafting.verify_cost_cap)))
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
                               s.drafting.verify_cost_cap, round_ms=1000 * (v.draft_s + v.verify_s))

@@ -61,7 +61,7 @@ import torch
 
 from .kv import timed
 from .profile import profiled
-from .tree import SMALL, DraftTree, add_child
+from .tree import MID, SMALL, DraftTree, add_child
 
 P_EDGES = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9])  # bin upper edges of a node's own p
 LOG_EDGES = np.log(P_EDGES).tolist()  # the same edges on log p (bins of `AcceptanceModel.one`)
@@ -377,6 +377,28 @@ class Pruner:
         tree.kept[kept] = False
         tree.kept[chosen] = True
         return chosen
+
+    def cut_among(self, tree: DraftTree, nodes: np.ndarray, budget: int, adaptive: bool,
+                  cap: float | None = None) -> np.ndarray:
+        """The nodes `select` would verify had the tree held only `nodes` (ancestor-closed, index order), each scored
+        by the n-gram drafter alone (its own log p through the acceptance record, the mid's column ignored): what
+        an all-small round would have verified, the yield gate's counterfactual of a call round
+        (scheduler/online.py). The tree is not changed."""
+        if len(nodes) == 0:
+            return nodes
+        raw = tree.raw[nodes].copy()  # [n, 2]
+        raw[:, MID] = np.nan
+        c = self.acceptance.of_raw(raw)  # [n] conditional acceptance, the n-gram's score alone
+        pi = np.ones(tree.n)
+        for v, cv in zip(nodes.tolist(), c.tolist()):
+            pi[v] = pi[tree.parent[v]] * cv
+        pi = pi[nodes]
+        b = self.host_budget(budget, cap) if adaptive else budget
+        top = np.lexsort((nodes, -pi))[:b]  # the prune: best pi first (ancestors first: c <= 1, ties by index)
+        if not adaptive or not self.verify_cost:
+            return np.sort(nodes[top])
+        order, _ = choose(pi[top], self.verify_cost, self.token_row_ms(), self.rate)
+        return np.sort(nodes[top][order])
 
     def token_row_ms(self) -> float:
         """What an accepted token adds to a round for its logits row (the cut's row_ms): one more row of the lead's

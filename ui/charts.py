@@ -17,7 +17,8 @@ OUTPUT_COLORS = {"draft: small": COLORS["small"], "draft: mid": COLORS["mid"], "
 def margin_figure(rounds: list[RoundTrace], style: Style = NORMAL) -> go.Figure:
     """The scheduler's margin before every draft step it decided, across rounds; the mid is called where it is
     above 0. g_psi's (the learned scheduler) is read as it is; the yield gate's (step 1 of each round: tokens per
-    ms with its call minus without, scheduler/online.py) is shown in tokens per second."""
+    ms with its call minus without, plus two standard errors: the bound it decides on, scheduler/online.py) is shown
+    in tokens per second."""
     xs, ys, acts, hover, kinds = [], [], [], [], set()
     i = 0
     for r in rounds:
@@ -31,13 +32,13 @@ def margin_figure(rounds: list[RoundTrace], style: Style = NORMAL) -> go.Figure:
             xs.append(i)
             ys.append(y)
             acts.append(s.action)
-            what = f"yield {y:+.1f} tokens/s" if gate else f"margin {y:+.4f}"
+            what = f"yield bound {y:+.1f} tokens/s" if gate else f"margin {y:+.4f}"
             hover.append(f"round {r.index + 1}, step {s.k}: {what} -> {s.action}")
     fig = go.Figure()
     gate_only = kinds == {True}
     if xs:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#999"},
-                                 name="yield margin" if gate_only else "margin g(z)", hoverinfo="skip"))
+                                 name="yield bound" if gate_only else "margin g(z)", hoverinfo="skip"))
         for act, color, name in (("mid", COLORS["mid"], "mid called"), ("small", COLORS["small"], "small step")):
             sel = [j for j, a in enumerate(acts) if a == act]
             fig.add_trace(go.Scatter(x=[xs[j] for j in sel], y=[ys[j] for j in sel], mode="markers", name=name,
@@ -47,7 +48,8 @@ def margin_figure(rounds: list[RoundTrace], style: Style = NORMAL) -> go.Figure:
                       annotation_position="bottom left")
         rate = acts.count("mid") / len(acts)
         if gate_only:  # calls below 0 are the gate's first rounds and its exploration
-            title = f"Step-1 yield: tokens/s with the mid call - without<br>(called in {rate:.0%} of rounds)"
+            title = (f"Step-1 yield: tokens/s with the mid call - without,<br>upper bound (called in {rate:.0%} of "
+                     "rounds)")
         else:
             title = f"Scheduler margin per draft step<br>(mid-call rate {rate:.0%})"
     else:

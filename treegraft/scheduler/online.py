@@ -6,17 +6,25 @@ from a summary, where the n-gram drafter already copies the answer and the call 
 separates them is what the calls have yielded so far in the request, and a verified round says it exactly:
 
 - a call round commits `a` tokens in `t` ms. Without the call it would have committed `a'`: the accepted path's
-  leading nodes the n-gram drafter proposed too (`confirmed` bit), plus one where the path's next token is a
-  drafted n-gram child the prune left out for the mid's nodes; and taken `t'` = t - the call's cost: the larger
-  of its parts in this round (the mid steps' ms, the verification of the mid-only nodes T(n) - T(n'), the logits
-  rows of the a - a' extra tokens) and what a call added to a round in trial rounds at load
-  (`Engine.calibrate_call`; on a 2-core Zen 5 in fp32 the parts read ~2.3 ms a round and the whole call ~4.4 ms
-  on average: a bigger tree costs more tree, mask and cache work than the parts count).
+  leading nodes that an all-small round would have verified, i.e. what the cost-aware cut makes of the tree's
+  n-gram nodes scored by the n-gram drafter alone (`Pruner.cut_among`), plus one where the path's next token is
+  among them; and taken `t'` = t - the call's cost: the larger of its parts in this round (the mid steps' ms, the
+  verification of the nodes the call added to that cut, T(n) - T(n'), the logits rows of the a - a' extra tokens)
+  and what a call added to a round in trial rounds at load (`Engine.calibrate_call`). Until 2026-12-05 a' counted
+  the path's leading n-gram nodes that the cut kept: where the mid confirms an n-gram node its score rises and the
+  cut keeps deeper n-gram nodes than all-small would, so that read a' 2.83 where the same states' all-small trial
+  rounds accepted 2.55 (bench suite, fp32, Zen 5), and the gate closed where calls paid. Now: 2.39 vs 2.38, and
+  2.85 vs 2.82 on the unseen suite.
 - margin = sum(a) / sum(t) - sum(a') / sum(t') over the request's call rounds (decayed): tokens per ms with the
-  call minus without it, the unit of g_psi's margin. The gate calls while it is positive, for the first
-  `MIN_CALLS` rounds (no evidence yet) and, once closed, again after `EXPLORE_FIRST` rounds, so it can re-open;
-  each such call that leaves it closed doubles the wait (up to `EXPLORE_MAX`): in a request where the call never
-  pays (a summary the n-gram drafter copies) exploring costs a call every few rounds, ~5 ms each here.
+  call minus without it, the unit of g_psi's margin. A call round's x = (a - a') - rho (t - t'), rho =
+  sum(a') / sum(t'), varies with sd 0.7-0.8 tokens within a request (both suites), while requests' mean x spread
+  from -1.3 to +0.9: two calls say little. So the gate decides on an upper bound, the margin plus Z standard
+  errors (x's spread shrunk toward PRIOR_SD), and calls while it is positive: it closes only where the calls are
+  measured to lose (a summary the n-gram drafter copies), for the first `MIN_CALLS` rounds it calls anyway, and,
+  once closed, calls again after `EXPLORE_FIRST` rounds, so it can re-open; each such call that leaves it closed
+  doubles the wait (up to `EXPLORE_MAX`). Replayed on trial rounds of both suites (every state run with and
+  without a step-1 call), the mean-only rule kept 1.036x of all-small's speed, the bound 1.053x, calling always
+  1.052x.
 
 The later steps are the n-gram drafter's. The learned scheduler is not asked there: trained on all 2^D
 schedules, it calls the mid at steps 3-5 of every round that had a step-1 call (margin +0.1 to +0.2 where it
@@ -26,6 +34,7 @@ Sampling changes nothing here: the gate only chooses who drafts; acceptance stay
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +45,9 @@ from ..tree import MID, SMALL, proposed_by
 MIN_CALLS = 2  # call rounds before the margin decides
 EXPLORE_FIRST, EXPLORE_MAX = 4, 16  # rounds a closed gate waits before it calls anyway (doubling while it stays closed)
 DECAY = 0.9  # per call round: the margin reads about the last ten calls
+Z = 2.0  # the gate closes where the margin is below 0 by this many standard errors, not where it merely is
+PRIOR_SD, PRIOR_ROUNDS = 0.75, 4  # x's spread within a request (tokens; measured 0.7-0.8 on both suites), worth
+# this many call rounds: two calls that happened to yield nothing do not close the gate
 
 
 @dataclass
@@ -48,17 +60,41 @@ class Yield:
     ms_without: float  # t'
 
 
+def ngram_subtree(tree) -> np.ndarray:
+    """[m] the live non-root nodes the n-gram drafter proposed, every ancestor too (index order): the tree an
+    all-small round could have drafted."""
+    n = tree.n
+    small = proposed_by(tree, np.arange(n), SMALL) & tree.alive[:n]
+    ok = np.zeros(n, dtype=bool)
+    ok[0] = True
+    parent = tree.parent
+    for v in range(1, n):
+        ok[v] = small[v] and ok[parent[v]]
+    return np.flatnonzero(ok[1:]) + 1
+
+
 def round_yield(o: RoundOutcome) -> Yield:
-    """A call round's yield (module docstring). The path's leading n-gram nodes are what the n-gram drafter's
-    own tree would have accepted; the mid-only nodes cost their verification and the extra tokens' rows."""
+    """A call round's yield (module docstring). Without the call, the round would have verified what the cut makes of
+    the n-gram drafter's nodes scored by it alone (`o.small_cut`; without it: the n-gram nodes the cut kept), and
+    accepted the path's leading nodes among them; the mid-only nodes cost their verification and the extra tokens'
+    rows."""
     tree, path = o.tree, o.path
-    small = proposed_by(tree, path[1:], SMALL)
-    lead = int(np.argmin(small)) if not small.all() else len(small)  # accepted n-gram nodes before a mid-only one
-    if lead == len(small):  # the whole path is the n-gram's: was its next token drafted by it but cut for the mid's?
+    if o.small_cut is not None:
+        cut = o.small_cut(tree, ngram_subtree(tree))
+        verified = np.zeros(tree.n, dtype=bool)
+        verified[cut] = True
+        small_kept = len(cut)
+    else:
+        verified = np.zeros(tree.n, dtype=bool)
+        verified[o.kept] = proposed_by(tree, o.kept, SMALL)
+        small_kept = int(verified.sum())
+    on = verified[np.asarray(path[1:], dtype=np.int64)]
+    lead = int(np.argmin(on)) if not on.all() else len(on)  # accepted n-gram nodes before one it would not verify
+    if lead == len(on):  # the whole path is the n-gram's: was its next token drafted by it but cut for the mid's?
         child = tree.child_of.get((int(path[-1]), int(o.bonus)))
-        if child is not None and proposed_by(tree, [child], SMALL)[0] and not tree.kept[child]:
+        if child is not None and proposed_by(tree, [child], SMALL)[0] and not tree.kept[child] \
+                and (o.small_cut is None or verified[child]):
             lead += 1
-    small_kept = int(proposed_by(tree, o.kept, SMALL).sum())
     verify_with, verify_without = o.verify_ms(np.array([len(o.kept), small_kept]))
     extra = max(0, len(path) - 1 - lead)  # tokens only the mid's nodes gave
     parts = o.mid_ms + max(0.0, float(verify_with - verify_without)) + extra * o.row_ms
@@ -67,13 +103,15 @@ def round_yield(o: RoundOutcome) -> Yield:
 
 
 class YieldGate:
-    """Decayed sums of the request's call rounds (module docstring)."""
+    """Decayed sums over the request's call rounds (module docstring): O(1) to update and to read."""
 
     def __init__(self):
         self.calls = 0
         self.since_call = 0  # rounds since the last call round
         self.wait = EXPLORE_FIRST  # rounds a closed gate waits before its next call
-        self.tokens = self.ms = self.tokens_without = self.ms_without = 0.0
+        # decayed sums: weights, their squares, a, t, a', t', then (a - a')^2, (a - a')(t - t'), (t - t')^2
+        self.w = self.w2 = self.tokens = self.ms = self.tokens_without = self.ms_without = 0.0
+        self.da2 = self.dadt = self.dt2 = 0.0
 
     @property
     def margin(self) -> float | None:
@@ -82,22 +120,39 @@ class YieldGate:
             return None
         return self.tokens / self.ms - self.tokens_without / self.ms_without
 
-    def wants_call(self) -> bool:
+    @property
+    def bound(self) -> float | None:
+        """The margin plus Z standard errors: what the gate decides on. Per call round, x = (a - a') - rho (t - t'),
+        rho = sum(a') / sum(t') the rate without calls, so margin = sum(x) / sum(t) exactly; its standard error is
+        x's over the effective number of rounds, over the mean t, x's spread shrunk toward PRIOR_SD."""
         m = self.margin
-        return self.calls < MIN_CALLS or (m is not None and m > 0) or self.since_call >= self.wait - 1
+        if m is None:
+            return None
+        rho = self.tokens_without / self.ms_without
+        sx = (self.tokens - self.tokens_without) - rho * (self.ms - self.ms_without)  # sum of w x
+        sxx = self.da2 - 2 * rho * self.dadt + rho * rho * self.dt2  # sum of w x^2
+        spread = max(sxx - sx * sx / self.w, 0.0)  # sum of w (x - mean)^2
+        sd = math.sqrt((PRIOR_ROUNDS * PRIOR_SD ** 2 + spread) / (PRIOR_ROUNDS + self.w))
+        n_eff = self.w * self.w / self.w2
+        return m + Z * sd / math.sqrt(n_eff) / (self.ms / self.w)
+
+    def wants_call(self) -> bool:
+        b = self.bound
+        return self.calls < MIN_CALLS or (b is not None and b > 0) or self.since_call >= self.wait - 1
 
     def observe(self, called: bool, y: Yield | None) -> None:
         if not called or y is None:
             self.since_call += 1
             return
-        explored = self.calls >= MIN_CALLS and not self.margin > 0  # a call made while the gate was closed
+        explored = self.calls >= MIN_CALLS and not self.bound > 0  # a call made while the gate was closed
         self.calls += 1
         self.since_call = 0
-        self.tokens = DECAY * self.tokens + y.tokens
-        self.ms = DECAY * self.ms + y.ms
-        self.tokens_without = DECAY * self.tokens_without + y.tokens_without
-        self.ms_without = DECAY * self.ms_without + y.ms_without
-        if self.margin > 0:
+        da, dt = y.tokens - y.tokens_without, y.ms - y.ms_without
+        for name, value in (("w", 1.0), ("w2", 1.0), ("tokens", y.tokens), ("ms", y.ms),
+                            ("tokens_without", y.tokens_without), ("ms_without", y.ms_without),
+                            ("da2", da * da), ("dadt", da * dt), ("dt2", dt * dt)):
+            setattr(self, name, (DECAY * DECAY if name == "w2" else DECAY) * getattr(self, name) + value)
+        if self.bound > 0:
             self.wait = EXPLORE_FIRST
         elif explored:
             self.wait = min(2 * self.wait, EXPLORE_MAX)
@@ -121,7 +176,7 @@ class GatedPolicy(Policy):
         if st.k > 1:
             return Decision(SMALL)
         self.called = self.gate.wants_call()
-        return Decision(MID if self.called else SMALL, self.gate.margin, by="yield")
+        return Decision(MID if self.called else SMALL, self.gate.bound, by="yield")
 
     def observe(self, outcome: RoundOutcome) -> None:
         self.gate.observe(self.called, round_yield(outcome) if self.called else None)
