@@ -1,0 +1,65 @@
+"""What a step-1 head call adds to a round, measured: at every round of each prompt's generation (advanced with a call
+every round), interleaved trial rounds of all-small and of one head step at step 1 from the same state (caches rolled
+back), with the yield gate's own estimate of the call round (scheduler/online.round_yield) beside them. One JSON row
+per round; `scripts/gate_replay.py` reads them. Run alone on the host (it times rounds).
+
+    PYTHONPATH=. .venv/bin/python scripts/call_trials.py bench artifacts/call_trials-bench.json
+"""
+import json
+import sys
+
+import numpy as np
+
+from treegraft.config import DEFAULT_MODELS_YAML, GenerationConfig, load_pair
+from treegraft.engine import Engine
+from treegraft.methods import AllSmall, Fixed, MethodSpec, RoundOutcome
+from treegraft.models import load_pair_models
+from treegraft.prompts import load_prompts, select
+from treegraft.scheduler.online import round_yield
+
+
+def main(suite: str, out: str, pairs: int = 2) -> None:
+    cfg = load_pair("default", DEFAULT_MODELS_YAML)
+    eng, d = Engine(load_pair_models(cfg, "float32")), cfg.drafting
+    prompts = select(load_prompts(suite), per_category=4)
+    first = eng.encode(prompts[0].messages)
+    eng.pruner.calibrate(eng.target, first, d.budget, d.verify_cost_cap, threads=[2, 1])
+    eng.calibrate_mid(first, d)
+    eng.calibrate_call(first, d)
+    call, rows = Fixed((1,) + (0,) * (d.depth - 1)), []
+
+    def estimate(v):
+        return round_yield(RoundOutcome(
+            v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
+            1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), eng.timing_ms.get("call", 0.0),
+            eng.pruner.token_row_ms(), eng.pruner.verify_cost,
+            lambda tree, nodes: eng.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap)))
+
+    for p in prompts:
+        state = eng.state()
+        s = eng.start(eng.encode(p.messages), MethodSpec("all-mid"), d, GenerationConfig(max_new_tokens=64))
+        s.plan = s.plan.with_policy(call)
+        eng.trial_round(s, call)  # warm-up
+        while eng.finished(s) is None:
+            ms, last = {"small": [], "call": []}, {}
+            for _ in range(pairs):
+                for name, policy in (("small", AllSmall()), ("call", call)):
+                    last[name] = v = eng.trial_round(s, policy)
+                    ms[name].append(1000 * (v.draft_s + v.verify_s))
+            y = estimate(last["call"])
+            rows.append(dict(prompt=p.id, cat=p.category, a_small=len(last["small"].acc.path),
+                             a_call=len(last["call"].acc.path), ms_small=float(np.median(ms["small"])),
+                             ms_call=float(np.median(ms["call"])), y_a=y.tokens, y_ms=y.ms, y_a0=y.tokens_without,
+                             y_ms0=y.ms_without))
+            eng.speculative_round(s)
+            s.rounds += 1
+        eng.restore(state)
+    json.dump(rows, open(out, "w"))
+    m = {k: np.mean([r[k] for r in rows]) for k in rows[0] if k not in ("prompt", "cat")}
+    print(f"{len(rows)} rounds: all-small {m['a_small']:.2f} tokens in {m['ms_small']:.1f} ms; with the call "
+          f"{m['a_call']:.2f} in {m['ms_call']:.1f} ms; the gate's estimate without it {m['y_a0']:.2f} in "
+          f"{m['y_ms0']:.1f} ms")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
