@@ -188,3 +188,59 @@ def test_a_drafters_scorer_runs_on_the_measured_paths():
         x = torch.randn(n, 32)
         assert torch.allclose(scorer(x), x @ rows.T, atol=1e-5), n
     assert not hasattr(draft_output(rows, 64, None, small_batch=False)[0], "kernel_table")
+
+
+def test_the_fp16_weight_kernel_is_the_fp32_product_of_the_rounded_weights_whatever_the_batch():
+    """packed16h (a drafter's path, `half_drafter`): fp16 copies of the weights, fp32 FMA chains over k, so on
+    weights already rounded to fp16 it computes what F.linear computes on them, and a row does not depend on its
+    batch; on the original weights it is off by the rounding alone."""
+    from treegraft.cpu_kernels import HALF_PATH, half_weights, packed16h_ops
+
+    if packed16h_ops() is None:
+        pytest.skip("the fp16-weight kernel needs a CPU with AVX-512")
+    torch.manual_seed(3)
+    layer = torch.nn.Linear(576, 208, bias=True)
+    exact = layer.weight.detach().clone()
+    x = torch.randn(40, 576)
+    assert half_weights(layer) == 1 and torch.equal(layer.weight, exact.half().float())
+    use_cpu_kernels(layer, KernelTable(body={b: HALF_PATH for b in BUCKETS + (PREFILL_ROWS,)}))
+    assert layer.weight_packed16h.dtype == torch.float16
+    alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
+    for rows in (2, 5, 8, 13, 16, 17, 40):
+        assert torch.equal(layer(x[:rows]), alone[:rows]), rows
+    assert torch.allclose(alone, F.linear(x, layer.weight, layer.bias), atol=1e-5)
+    assert not torch.allclose(alone, F.linear(x, exact, layer.bias), atol=1e-6)  # the rounding shows
+    assert torch.allclose(alone, F.linear(x, exact, layer.bias), atol=5e-3)
+
+
+def test_a_half_drafter_never_rounds_the_targets_weights():
+    """`half_weights` leaves a layer whose weight is the target's (a mid LM's shared output head) as it is, and a
+    drafter's scorer rounds a copy of the target's rows, never the rows themselves."""
+    from treegraft.cpu_kernels import half_weights
+    from treegraft.drafters.neural import draft_output
+
+    model = WithHead()
+    target_rows = torch.randn(504, 48)
+    model.lm_head.weight = torch.nn.Parameter(target_rows, requires_grad=False)  # shared with "the target"
+    before = target_rows.clone()
+    body = model.body.weight.detach().clone()
+    assert half_weights(model, keep={target_rows.untyped_storage().data_ptr()}) == 1
+    assert torch.equal(model.lm_head.weight, before) and torch.equal(model.body.weight, body.half().float())
+    scorer, _, _ = draft_output(target_rows, 504, None, small_batch=True, half=True)
+    assert scorer.weight.data_ptr() != target_rows.data_ptr() and torch.equal(target_rows, before)
+    assert torch.equal(scorer.weight, before.half().float())
+
+
+def test_the_default_pair_in_fp32_rounds_its_heads_weights_and_never_the_targets(fp32_pair):
+    """The default pair sets `half_drafter`: loaded in fp32 on a CPU, the head's own layers and its scorer's rows
+    hold fp16 values, the target's weights are as loaded (its greedy output stays exact: test_greedy_exact)."""
+    from treegraft.drafters import make_mid_drafter
+
+    assert fp32_pair.config.half_drafter and fp32_pair.dtype == torch.float32
+    head = fp32_pair.mid
+    for w in (head.fc.weight, head.body.layers[0].mlp.down_proj.weight):
+        assert torch.equal(w, w.half().float())
+    scorer = make_mid_drafter(fp32_pair).scorer
+    assert torch.equal(scorer.weight, scorer.weight.half().float())
+    for w in (fp32_pair.target.get_output_embeddings().weight, fp32_pair.target.model.layers[0].mlp.down_proj.weight):
+        assert not torch.equal(w, w.half().float())

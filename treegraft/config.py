@@ -150,6 +150,10 @@ class PairConfig(_Strict):
                                                 "one of the measured paths (treegraft/cpu_kernels.py)")
     lead_rows: bool = Field(True, description="with lazy logits: the likely rows come with the root's in one "
                                               "head call (treegraft/prune.py, Pruner.lead_rows)")
+    half_drafter: bool = Field(False, description="CPU, fp32: the mid drafter's own Linear weights (and its scorer's "
+                               "rows) are rounded to fp16 at load, and a kernel reading them as fp16 (AVX-512) is one of "
+                               "the measured paths: half the bytes a mid call streams. The target is never touched, so "
+                               "output stays exact; only the drafts may differ (treegraft/cpu_kernels.py)")
     drafting: DraftingConfig = DraftingConfig()
     generation: GenerationConfig = GenerationConfig()
 

@@ -20,6 +20,10 @@ forward of 8 tokens 1.8x one token). Four paths compute the same products:
 - `packed16` (fp32, CPUs with AVX-512; pair switch `wide_kernel`): the same on blocks of 16
   output rows, up to 16 rows of x a pass (`kernels/packed16_gemm.cpp`); the same FMA chain
   per output, so its rows are bit-equal to `packed`'s and a table may mix the two.
+- `packed16h` (a drafter's only, pair switch `half_drafter`; AVX-512): `packed16` reading fp16
+  copies of the weights (`kernels/packed16h_gemm.cpp`), fp32 FMA chains. The drafter's weights
+  are rounded to fp16 at load (`half_weights`), so every path computes on the same weights and
+  this one streams half the bytes; the target never takes it, so output stays exact.
 
 Nothing is assumed: at load, `use_cpu_kernels` times every available path for the
 body's largest layer shape and for the head, at every row bucket (1, 2, 4, ... 64) in
@@ -61,6 +65,8 @@ PREFETCH = (128, 512, 1024)  # the packed kernel's prefetch distances (floats ah
 STREAM_BYTES = 64 << 20  # the body's timing streams through at least this many bytes of weights (well past an L3)
 SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
 SOURCE16 = Path(__file__).parent / "kernels" / "packed16_gemm.cpp"
+SOURCE16H = Path(__file__).parent / "kernels" / "packed16h_gemm.cpp"
+HALF_PATH = "packed16h"  # a drafter's path only (`half_weights`): fp16 weights, fp32 products
 
 
 @dataclass
@@ -128,9 +134,44 @@ def packed16_ops():
     return _ops["ops16"]
 
 
+def packed16h_ops():
+    """The AVX-512 packed kernel on fp16 copies of the weights (kernels/packed16h_gemm.cpp; a drafter's path, see
+    `half_weights`), or None where the CPU lacks AVX-512 or the build fails."""
+    if "ops16h" not in _ops:
+        _ops["ops16h"] = None
+        if torch.backends.cpu.get_cpu_capability() == "AVX512" and packed_ops() is not None:
+            from torch.utils.cpp_extension import load
+
+            omp = ["-fopenmp"] if "serial" not in getattr(_ops["ops"], "__name__", "") else []
+            try:
+                _ops["ops16h"] = load("treegraft_packed16h_gemm_v1" + ("" if omp else "_serial"), [str(SOURCE16H)],
+                                      extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp,
+                                      verbose=False)
+            except Exception:  # the fp32 paths remain
+                _ops["ops16h"] = None
+    return _ops["ops16h"]
+
+
+@torch.no_grad()
+def half_weights(model: torch.nn.Module, keep: set[int] = frozenset()) -> int:
+    """Round the fp32 weights of the model's Linear layers to fp16 precision, in place (fp32 tensors still), and
+    return how many were rounded: a drafter's setting (`PairConfig.half_drafter`), so that every path computes on
+    the same weights and `packed16h` can read them as fp16, half the bytes. Layers whose weight shares storage with
+    `keep` (data pointers of the target's parameters: a mid LM's shared output head) are left as they are; the
+    target is never rounded, so its greedy output stays exact."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.float32 \
+                and m.weight.untyped_storage().data_ptr() not in keep:
+            m.weight.copy_(m.weight.half().float())
+            n += 1
+    return n
+
+
 # the packed kernels' paths (they take a prefetch distance) -> (the layer attribute holding the packed weight, the
 # kernel's module, output rows per packed block)
-PACKED_KERNELS = {"packed": ("weight_packed", packed_ops, 8), "packed16": ("weight_packed16", packed16_ops, 16)}
+PACKED_KERNELS = {"packed": ("weight_packed", packed_ops, 8), "packed16": ("weight_packed16", packed16_ops, 16),
+                  HALF_PATH: ("weight_packed16h", packed16h_ops, 16)}
 
 
 def packed_threads() -> int:
@@ -261,6 +302,8 @@ def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[s
         paths.append("packed")
         if packed16_ops() is not None and packable(probe, 16):
             paths.append("packed16")
+        if HALF_PATH in allowed and packed16h_ops() is not None and packable(probe, 16):
+            paths.append(HALF_PATH)
     return tuple(p for p in paths if p in allowed or p == "stock")
 
 

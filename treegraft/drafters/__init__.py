@@ -10,8 +10,11 @@ def make_mid_drafter(pair):
     from .head import DraftHead, HeadDrafter
     from .neural import MidDrafter
 
+    from ..models import half_drafter
+
     small_batch = pair.config.small_batch_linear and pair.device.type == "cpu"  # the scores' few-row products
+    half = half_drafter(pair.config, pair.dtype, pair.device)  # its scorer's rows rounded to fp16 too
     if isinstance(pair.mid, DraftHead):
         return HeadDrafter(pair.mid, pair.target.get_output_embeddings().weight, len(pair.tokenizer), pair.mid_vocab,
-                           small_batch)
-    return MidDrafter(pair.mid, len(pair.tokenizer), pair.mid_vocab, small_batch)
+                           small_batch, half)
+    return MidDrafter(pair.mid, len(pair.tokenizer), pair.mid_vocab, small_batch, half)

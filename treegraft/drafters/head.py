@@ -213,12 +213,12 @@ class HeadDrafter:
     needs_target_features = True
 
     def __init__(self, head: DraftHead, output_weight: torch.Tensor, vocab_size: int,
-                 draft_vocab: torch.Tensor | None = None, small_batch: bool = False):
+                 draft_vocab: torch.Tensor | None = None, small_batch: bool = False, half: bool = False):
         self.head = head
         self.device = output_weight.device
         self.dtype = next(head.parameters()).dtype
-        # the target's frozen output rows of the draft vocabulary
-        self.scorer, self.vocab, self.col_of = draft_output(output_weight, vocab_size, draft_vocab, small_batch)
+        # the target's frozen output rows of the draft vocabulary (half: a copy rounded to fp16)
+        self.scorer, self.vocab, self.col_of = draft_output(output_weight, vocab_size, draft_vocab, small_batch, half)
         self.start(torch.zeros(0, head.config.hidden_size, dtype=self.dtype, device=self.device))
 
     def start(self, target_features: torch.Tensor) -> None:

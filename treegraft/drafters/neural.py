@@ -48,12 +48,13 @@ class MidDrafter:
 
     needs_target_features = False
 
-    def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None, small_batch: bool = False):
+    def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None, small_batch: bool = False,
+                 half: bool = False):
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.scorer, self.vocab, self.col_of = draft_output(model.get_output_embeddings().weight, vocab_size,
-                                                            draft_vocab, small_batch)
+                                                            draft_vocab, small_batch, half)
         self.cache = GrowingCache()
         self.cached = 0  # committed tokens held in the cache
         self.slots: dict[int, int] = {}  # node -> cache slot, this round
@@ -119,7 +120,8 @@ class MidDrafter:
         self.slots = {}
 
 
-def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torch.Tensor | None, small_batch: bool):
+def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torch.Tensor | None, small_batch: bool,
+                 half: bool = False):
     """(scorer, vocab [S] | None, col_of [V] | None): the output layer a drafter scores with, over its rows.
 
     `draft_vocab` restricts the rows to a frequency-ranked subset (as in FR-Spec): on a small CPU pair the
@@ -128,7 +130,8 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
     hidden [n, H] -> logits [n, S]. A mid call scores a pool of 1-20 nodes, the few-row case where BLAS's
     general kernel is slowest on a CPU (the draft head's 8,192 rows: 2.7x slower at 8 rows than the packed path
     here), so `small_batch` (the pair's `small_batch_linear`, CPU) routes it through the paths `cpu_kernels`
-    measures at load, as the target's own head is."""
+    measures at load, as the target's own head is. `half` (`PairConfig.half_drafter`): its rows are a copy rounded to
+    fp16, never the target's own, and the fp16 kernel is one of those paths."""
     rows = output_weight[:vocab_size]  # [V, hidden]; padded embedding rows are ignored
     vocab = col_of = None
     if draft_vocab is not None:
@@ -137,11 +140,12 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
         col_of[vocab] = torch.arange(len(vocab), device=rows.device)
         rows = rows[vocab]
     scorer = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device="meta")  # no weight of its own
-    scorer.weight = nn.Parameter(rows.detach().contiguous(), requires_grad=False)
+    weight = rows.detach().half().to(rows.dtype) if half else rows.detach().contiguous()  # half: a rounded copy
+    scorer.weight = nn.Parameter(weight, requires_grad=False)
     if small_batch:
-        from ..cpu_kernels import use_cpu_kernels
+        from ..cpu_kernels import HALF_PATH, PATHS, use_cpu_kernels
 
-        use_cpu_kernels(scorer, prefill=False)
+        use_cpu_kernels(scorer, allowed=PATHS + ((HALF_PATH,) if half else ()), prefill=False)
     return scorer.requires_grad_(False), vocab, col_of
 
 
