@@ -116,40 +116,33 @@ def packed_ops():
     return _ops["ops"]
 
 
-def packed16_ops():
-    """The AVX-512 packed kernel's module (kernels/packed16_gemm.cpp: blocks of 16 output rows, up to 16 rows of x a
-    pass, bit-equal to the AVX2 kernel), or None where the CPU lacks AVX-512 or the build fails."""
-    if "ops16" not in _ops:
-        _ops["ops16"] = None
+def _avx512_ops(key: str, name: str, source: Path):
+    """An AVX-512 kernel's module (built once per machine like the AVX2 one, serial where that one is), or None where
+    the CPU lacks AVX-512 or the build fails (the other paths remain)."""
+    if key not in _ops:
+        _ops[key] = None
         if torch.backends.cpu.get_cpu_capability() == "AVX512" and packed_ops() is not None:
             from torch.utils.cpp_extension import load
 
             omp = ["-fopenmp"] if "serial" not in getattr(_ops["ops"], "__name__", "") else []
             try:
-                _ops["ops16"] = load("treegraft_packed16_gemm_v2" + ("" if omp else "_serial"), [str(SOURCE16)],
-                                     extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp,
-                                     verbose=False)
-            except Exception:  # the AVX2 kernel and the stock paths remain
-                _ops["ops16"] = None
-    return _ops["ops16"]
+                _ops[key] = load(name + ("" if omp else "_serial"), [str(source)],
+                                 extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp, verbose=False)
+            except Exception:
+                _ops[key] = None
+    return _ops[key]
+
+
+def packed16_ops():
+    """The AVX-512 packed kernel's module (kernels/packed16_gemm.cpp: blocks of 16 output rows, up to 16 rows of x a
+    pass, bit-equal to the AVX2 kernel), or None where the CPU lacks AVX-512 or the build fails."""
+    return _avx512_ops("ops16", "treegraft_packed16_gemm_v2", SOURCE16)
 
 
 def packed16h_ops():
     """The AVX-512 packed kernel on fp16 copies of the weights (kernels/packed16h_gemm.cpp; a drafter's path, see
     `half_weights`), or None where the CPU lacks AVX-512 or the build fails."""
-    if "ops16h" not in _ops:
-        _ops["ops16h"] = None
-        if torch.backends.cpu.get_cpu_capability() == "AVX512" and packed_ops() is not None:
-            from torch.utils.cpp_extension import load
-
-            omp = ["-fopenmp"] if "serial" not in getattr(_ops["ops"], "__name__", "") else []
-            try:
-                _ops["ops16h"] = load("treegraft_packed16h_gemm_v1" + ("" if omp else "_serial"), [str(SOURCE16H)],
-                                      extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp,
-                                      verbose=False)
-            except Exception:  # the fp32 paths remain
-                _ops["ops16h"] = None
-    return _ops["ops16h"]
+    return _avx512_ops("ops16h", "treegraft_packed16h_gemm_v1", SOURCE16H)
 
 
 @torch.no_grad()
