@@ -42,7 +42,7 @@ import numpy as np
 from ..methods import Decision, Policy, RoundOutcome, StepState
 from ..tree import MID, SMALL, proposed_by
 
-MIN_CALLS = 2  # call rounds before the margin decides
+MIN_CALLS = 2  # call rounds before the bound decides
 EXPLORE_FIRST, EXPLORE_MAX = 4, 16  # rounds a closed gate waits before it calls anyway (doubling while it stays closed)
 DECAY = 0.9  # per call round: the margin reads about the last ten calls
 Z = 2.0  # the gate closes where the margin is below 0 by this many standard errors, not where it merely is
@@ -160,7 +160,7 @@ class YieldGate:
 
 class GatedPolicy(Policy):
     """`treegraft` with `mid_gate = "yield"`: step 1 by the request's yield gate, the later steps the n-gram
-    drafter's. The margin it reports at step 1 is the gate's (tokens per ms, as g_psi's)."""
+    drafter's. The margin it reports at step 1 is the gate's bound (tokens per ms, as g_psi's margin)."""
 
     name = "treegraft"
     calls_every_round = True  # it calls at the first rounds of every request: the mid reads the prompt in the prefill
