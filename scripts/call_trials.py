@@ -12,7 +12,7 @@ import numpy as np
 
 from treegraft.config import DEFAULT_MODELS_YAML, GenerationConfig, load_pair
 from treegraft.engine import Engine
-from treegraft.methods import AllSmall, Fixed, MethodSpec, RoundOutcome
+from treegraft.methods import AllSmall, Fixed, MethodSpec
 from treegraft.models import load_pair_models
 from treegraft.prompts import load_prompts, select
 from treegraft.scheduler.online import round_yield
@@ -28,13 +28,6 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
     eng.calibrate_call(first, d)
     call, rows = Fixed((1,) + (0,) * (d.depth - 1)), []
 
-    def estimate(v):
-        return round_yield(RoundOutcome(
-            v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
-            1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), eng.timing_ms.get("call", 0.0),
-            eng.pruner.token_row_ms(), eng.pruner.verify_cost,
-            lambda tree, nodes: eng.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap)))
-
     for p in prompts:
         state = eng.state()
         s = eng.start(eng.encode(p.messages), MethodSpec("all-mid"), d, GenerationConfig(max_new_tokens=64))
@@ -46,7 +39,7 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
                 for name, policy in (("small", AllSmall()), ("call", call)):
                     last[name] = v = eng.trial_round(s, policy)
                     ms[name].append(1000 * (v.draft_s + v.verify_s))
-            y = estimate(last["call"])
+            y = round_yield(eng.round_outcome(s, last["call"]))
             rows.append(dict(prompt=p.id, cat=p.category, a_small=len(last["small"].acc.path),
                              a_call=len(last["call"].acc.path), ms_small=float(np.median(ms["small"])),
                              ms_call=float(np.median(ms["call"])), y_a=y.tokens, y_ms=y.ms, y_a0=y.tokens_without,

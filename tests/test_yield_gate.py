@@ -7,7 +7,7 @@ from treegraft.config import DraftingConfig, GenerationConfig
 from treegraft.methods import MethodSpec, RoundOutcome, StepState, make_policy
 from treegraft.scheduler.online import (DECAY, EXPLORE_FIRST, MIN_CALLS, PRIOR_ROUNDS, PRIOR_SD, Z, GatedPolicy, Yield,
                                        YieldGate, ngram_subtree, round_yield)
-from treegraft.tree import MID, SMALL, DraftTree, add_child
+from treegraft.tree import MID, SMALL, DraftTree, add_child, proposed_by
 
 L = np.log
 
@@ -17,9 +17,13 @@ def flat_cost(n: np.ndarray) -> np.ndarray:
     return 20.0 + np.asarray(n, dtype=float)
 
 
-def outcome(tree, kept, path, bonus, call_ms=0.0, round_ms=30.0, mid_ms=2.0, row_ms=0.5) -> RoundOutcome:
+def outcome(tree, kept, path, bonus, call_ms=0.0, round_ms=30.0, mid_ms=2.0, row_ms=0.5, cut=None) -> RoundOutcome:
+    """A verified call round; `cut`: the nodes all-small's cut would have verified (scripted; by default the n-gram
+    nodes this round kept; `Pruner.cut_among` is tested in test_budget.py)."""
     tree.kept[kept] = True
-    return RoundOutcome(tree, np.array(kept), path, bonus, round_ms, mid_ms, call_ms, row_ms, flat_cost)
+    kept_small = [v for v in kept if proposed_by(tree, [v], SMALL)[0]]
+    return RoundOutcome(tree, np.array(kept), path, bonus, round_ms, mid_ms, call_ms, row_ms, flat_cost,
+                        lambda t, nodes: np.array(kept_small if cut is None else cut, dtype=np.int64))
 
 
 def call_tree():
@@ -49,11 +53,13 @@ def test_the_call_cost_measured_at_load_counts_where_it_exceeds_the_parts():
 
 def test_an_ngram_child_the_prune_left_out_counts_as_what_it_would_have_accepted():
     t, (a, b, c, d) = call_tree()
-    e, _ = add_child(t, a, 9, L(.2), SMALL, 3)  # drafted by the n-gram drafter, not kept
-    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=9))
+    e, _ = add_child(t, a, 9, L(.2), SMALL, 3)  # drafted by the n-gram drafter, not kept: all-small would verify it
+    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=9, cut=[a, d, e]))
     assert y.tokens == 2 and y.tokens_without == 3  # the path is the n-gram's, and so was its next token
-    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=5))
+    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=5, cut=[a, d, e]))
     assert y.tokens_without == 2  # nothing left out matched: the same path
+    y = round_yield(outcome(t, [a, b, d], [0, a], bonus=9))
+    assert y.tokens_without == 2  # e left out of all-small's cut too: it would not have been verified either
 
 
 def test_without_the_call_the_round_verifies_what_the_cut_makes_of_the_ngram_nodes_alone():

@@ -217,18 +217,23 @@ class Engine:
                 s.t_mid_ms = running_mean(s.t_mid_ms, 1000 * step.draft_s)
         policy = s.plan.policy if isinstance(s.plan, Stepwise) else None
         if policy is not None and policy.observes:  # a policy that learns within the request (the yield gate)
-            policy.observe(RoundOutcome(
-                v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
-                1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.timing_ms.get("call", 0.0),
-                self.pruner.token_row_ms(),
-                self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n)),
-                lambda tree, nodes: self.pruner.cut_among(tree, nodes, s.drafting.budget, s.drafting.adaptive_budget,
-                                                          s.drafting.verify_cost_cap)))
+            policy.observe(self.round_outcome(s, v))
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
                               s.drafting.verify_cost_cap, round_ms=1000 * (v.draft_s + v.verify_s))
         elif s.drafting.scores == "calibrated":  # the calibration's data, without the cost-aware cut
             self.pruner.acceptance.update(v.tree, v.kept, v.acc.path)
+
+    def round_outcome(self, s: Session, v: Verified) -> RoundOutcome:
+        """What a verified round tells an observing policy: its tree, path and time, and this engine's measured costs
+        (a call at load, a token's row, T(n)) and cut, for the yield gate's counterfactual (scheduler/online.py)."""
+        d = s.drafting
+        return RoundOutcome(
+            v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
+            1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.timing_ms.get("call", 0.0),
+            self.pruner.token_row_ms(),
+            self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n)),
+            lambda tree, nodes: self.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap))
 
     def commit(self, s: Session, tree: DraftTree, acc: Acceptance) -> list[int]:
         """Commit the accepted path + the bonus token; both caches keep exactly prefix + path."""

@@ -83,8 +83,8 @@ class RoundOutcome:
     call_ms: float  # what a step-1 mid call adds to a round here, measured at load (0: not measured)
     row_ms: float  # what one more accepted token's logits row costs here
     verify_ms: Callable[[np.ndarray], np.ndarray]  # T(n) on this host: [m] node counts -> [m] ms
-    small_cut: Callable[[DraftTree, np.ndarray], np.ndarray] | None = None  # the n-gram nodes an all-small round
-    # would have verified, given the tree's n-gram nodes (Pruner.cut_among); None: those the cut kept
+    small_cut: Callable[[DraftTree, np.ndarray], np.ndarray]  # the tree's n-gram nodes -> those an all-small round
+    # would have verified (Pruner.cut_among)
 
 
 class Policy:

@@ -133,16 +133,21 @@ class AcceptanceModel:
         c = (hits[bs][bm] + PRIOR_STRENGTH * prior) / (trials[bs][bm] + PRIOR_STRENGTH)
         return math.log(max(c, 1e-12))
 
-    def conditional(self, tree: DraftTree, nodes: np.ndarray) -> np.ndarray:
-        """[n] c(u) for nodes."""
-        return self.of_raw(tree.raw[nodes])
+    def conditional(self, tree: DraftTree, nodes: np.ndarray, without: int | None = None) -> np.ndarray:
+        """[n] c(u) for nodes; `without`: as if that drafter (SMALL or MID) had not scored them."""
+        raw = tree.raw[nodes]
+        if without is not None:
+            raw = raw.copy()
+            raw[:, without] = np.nan
+        return self.of_raw(raw)
 
-    def path_acceptance(self, tree: DraftTree, nodes: np.ndarray) -> np.ndarray:
+    def path_acceptance(self, tree: DraftTree, nodes: np.ndarray, without: int | None = None) -> np.ndarray:
         """[n] pi(v) for an ancestor-closed node set in index order (parents first). A tree scored by this
-        record (calibrated scores) already holds it: pi(v) = s(v)."""
-        if tree.calibration is self:
+        record (calibrated scores) already holds it: pi(v) = s(v). `without`: as `conditional` (the yield gate's
+        counterfactual reads the n-gram nodes without the head's scores, `Pruner.cut_among`)."""
+        if tree.calibration is self and without is None:
             return np.exp(tree.score[nodes])
-        c = self.conditional(tree, nodes)
+        c = self.conditional(tree, nodes, without)
         pi = np.ones(tree.n)
         for v, cv in zip(nodes.tolist(), c.tolist()):
             pi[v] = pi[tree.parent[v]] * cv
@@ -365,8 +370,7 @@ class Pruner:
         if not adaptive or not self.verify_cost:
             return prune(tree, budget)
         kept = prune(tree, self.host_budget(budget, cap))
-        order, _ = choose(self.acceptance.path_acceptance(tree, kept), self.verify_cost, self.token_row_ms(),
-                          self.rate)
+        order = self.cut(self.acceptance.path_acceptance(tree, kept))
         if len(order) == 0 and self.idle >= EXPLORE_AFTER - 1:
             # Exploration: T(n) and the acceptance model learn only from what is verified, so one noisy
             # calibration (T(1) measured far above T(0)) could make the cut verify nothing ever again.
@@ -378,6 +382,11 @@ class Pruner:
         tree.kept[chosen] = True
         return chosen
 
+    def cut(self, pi: np.ndarray) -> np.ndarray:
+        """The cost-aware cut of nodes with path acceptance pi [n]: the order of the chosen ones (`choose` at this
+        host's T(n), an accepted token's row and the rounds' rate)."""
+        return choose(pi, self.verify_cost, self.token_row_ms(), self.rate)[0]
+
     def cut_among(self, tree: DraftTree, nodes: np.ndarray, budget: int, adaptive: bool,
                   cap: float | None = None) -> np.ndarray:
         """The nodes `select` would verify had the tree held only `nodes` (ancestor-closed, index order), each scored
@@ -386,19 +395,12 @@ class Pruner:
         (scheduler/online.py). The tree is not changed."""
         if len(nodes) == 0:
             return nodes
-        raw = tree.raw[nodes].copy()  # [n, 2]
-        raw[:, MID] = np.nan
-        c = self.acceptance.of_raw(raw)  # [n] conditional acceptance, the n-gram's score alone
-        pi = np.ones(tree.n)
-        for v, cv in zip(nodes.tolist(), c.tolist()):
-            pi[v] = pi[tree.parent[v]] * cv
-        pi = pi[nodes]
+        pi = self.acceptance.path_acceptance(tree, nodes, without=MID)  # [n]
         b = self.host_budget(budget, cap) if adaptive else budget
         top = np.lexsort((nodes, -pi))[:b]  # the prune: best pi first (ancestors first: c <= 1, ties by index)
         if not adaptive or not self.verify_cost:
             return np.sort(nodes[top])
-        order, _ = choose(pi[top], self.verify_cost, self.token_row_ms(), self.rate)
-        return np.sort(nodes[top][order])
+        return np.sort(nodes[top][self.cut(pi[top])])
 
     def token_row_ms(self) -> float:
         """What an accepted token adds to a round for its logits row (the cut's row_ms): one more row of the lead's

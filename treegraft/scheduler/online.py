@@ -75,27 +75,19 @@ def ngram_subtree(tree) -> np.ndarray:
 
 def round_yield(o: RoundOutcome) -> Yield:
     """A call round's yield (module docstring). Without the call, the round would have verified what the cut makes of
-    the n-gram drafter's nodes scored by it alone (`o.small_cut`; without it: the n-gram nodes the cut kept), and
-    accepted the path's leading nodes among them; the mid-only nodes cost their verification and the extra tokens'
-    rows."""
+    the n-gram drafter's nodes scored by it alone (`o.small_cut`), and accepted the path's leading nodes among them;
+    the mid-only nodes cost their verification and the extra tokens' rows."""
     tree, path = o.tree, o.path
-    if o.small_cut is not None:
-        cut = o.small_cut(tree, ngram_subtree(tree))
-        verified = np.zeros(tree.n, dtype=bool)
-        verified[cut] = True
-        small_kept = len(cut)
-    else:
-        verified = np.zeros(tree.n, dtype=bool)
-        verified[o.kept] = proposed_by(tree, o.kept, SMALL)
-        small_kept = int(verified.sum())
+    cut = o.small_cut(tree, ngram_subtree(tree))
+    verified = np.zeros(tree.n, dtype=bool)
+    verified[cut] = True
     on = verified[np.asarray(path[1:], dtype=np.int64)]
     lead = int(np.argmin(on)) if not on.all() else len(on)  # accepted n-gram nodes before one it would not verify
-    if lead == len(on):  # the whole path is the n-gram's: was its next token drafted by it but cut for the mid's?
+    if lead == len(on):  # the whole path is the n-gram's: would its next token have been verified without the mid's?
         child = tree.child_of.get((int(path[-1]), int(o.bonus)))
-        if child is not None and proposed_by(tree, [child], SMALL)[0] and not tree.kept[child] \
-                and (o.small_cut is None or verified[child]):
+        if child is not None and verified[child] and not tree.kept[child]:
             lead += 1
-    verify_with, verify_without = o.verify_ms(np.array([len(o.kept), small_kept]))
+    verify_with, verify_without = o.verify_ms(np.array([len(o.kept), len(cut)]))
     extra = max(0, len(path) - 1 - lead)  # tokens only the mid's nodes gave
     parts = o.mid_ms + max(0.0, float(verify_with - verify_without)) + extra * o.row_ms
     saved = max(parts, o.call_ms)  # the parts miss what a bigger tree costs elsewhere (measured at load: call_ms)
