@@ -17,12 +17,12 @@ def flat_cost(n: np.ndarray) -> np.ndarray:
     return 20.0 + np.asarray(n, dtype=float)
 
 
-def outcome(tree, kept, path, bonus, call_ms=0.0, round_ms=30.0, mid_ms=2.0, row_ms=0.5, cut=None) -> RoundOutcome:
+def outcome(tree, kept, path, bonus, round_ms=30.0, mid_ms=2.0, row_ms=0.5, cut=None) -> RoundOutcome:
     """A verified call round; `cut`: the nodes all-small's cut would have verified (scripted; by default the n-gram
     nodes this round kept; `Pruner.cut_among` is tested in test_budget.py)."""
     tree.kept[kept] = True
     kept_small = [v for v in kept if proposed_by(tree, [v], SMALL)[0]]
-    return RoundOutcome(tree, np.array(kept), path, bonus, round_ms, mid_ms, call_ms, row_ms, flat_cost,
+    return RoundOutcome(tree, np.array(kept), path, bonus, round_ms, mid_ms, row_ms, flat_cost,
                         lambda t, nodes: np.array(kept_small if cut is None else cut, dtype=np.int64))
 
 
@@ -45,10 +45,15 @@ def test_a_mid_only_node_on_the_path_ends_what_the_ngram_drafter_alone_would_hav
     assert y.ms == 30.0 and y.ms_without == pytest.approx(30.0 - (2.0 + 1.0 + 2 * 0.5))
 
 
-def test_the_call_cost_measured_at_load_counts_where_it_exceeds_the_parts():
+def test_the_call_costs_its_own_parts_in_the_round():
+    """The call's cost is this round's parts alone: a slower mid step or a bigger verified tree raises it."""
     t, (a, b, c, d) = call_tree()
-    y = round_yield(outcome(t, [a, b, c, d], [0, a, b, c], bonus=7, call_ms=6.0))
-    assert y.ms_without == pytest.approx(24.0)
+    base = round_yield(outcome(t, [a, b, c, d], [0, a, b, c], bonus=7))
+    slow = round_yield(outcome(t, [a, b, c, d], [0, a, b, c], bonus=7, mid_ms=6.0))
+    assert base.ms_without - slow.ms_without == pytest.approx(4.0)
+    fewer = round_yield(outcome(t, [a, b, c, d], [0, a, b, c], bonus=7, cut=[a]))  # all-small: 1 node, not 3
+    assert fewer.tokens_without == base.tokens_without
+    assert base.ms_without - fewer.ms_without == pytest.approx(2.0)  # T(4) - T(1) against T(4) - T(3)
 
 
 def test_an_ngram_child_the_prune_left_out_counts_as_what_it_would_have_accepted():

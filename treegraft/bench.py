@@ -393,7 +393,7 @@ def mid_cost_table(summary: dict, meta: dict | None = None) -> list[str]:
     if call:
         lines += ["", f"A step-1 mid call added **{call:.1f} ms** to a round ({call / ar_ms:.2f} of a target step) in the "
                   "trial rounds at load (`Engine.calibrate_call`: the call, the verification of its nodes, their rows; "
-                  "the yield gate's cost)."]
+                  "reported only: the yield gate prices each call round by its own parts)."]
     return lines
 
 

@@ -226,12 +226,11 @@ class Engine:
 
     def round_outcome(self, s: Session, v: Verified) -> RoundOutcome:
         """What a verified round tells an observing policy: its tree, path and time, and this engine's measured costs
-        (a call at load, a token's row, T(n)) and cut, for the yield gate's counterfactual (scheduler/online.py)."""
+        (a token's row, T(n)) and cut, for the yield gate's counterfactual (scheduler/online.py)."""
         d = s.drafting
         return RoundOutcome(
             v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
-            1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.timing_ms.get("call", 0.0),
-            self.pruner.token_row_ms(),
+            1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.pruner.token_row_ms(),
             self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n)),
             lambda tree, nodes: self.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap))
 
@@ -275,8 +274,8 @@ class Engine:
             self.timing_ms["mid"] = float(np.median(mid_ms))
 
     def calibrate_call(self, prompt_ids: list[int], drafting: DraftingConfig, states: int = 4, pairs: int = 2) -> None:
-        """Seed what a step-1 mid call adds to a round here (the yield gate's cost, scheduler/online.py), once per
-        engine: at each of `states` successive rounds of an all-small generation of this prompt, `pairs` interleaved
+        """Measure what a step-1 mid call adds to a round here, once per engine, for the reports (bench "Mid step
+        cost", `host_costs`; the yield gate prices each call round by its own parts, scheduler/online.py): at each of `states` successive rounds of an all-small generation of this prompt, `pairs` interleaved
         trial rounds of all-small and of one mid step at step 1 from that state (caches rolled back, nothing learned),
         the difference of their medians; the cost is the median of those differences (the call, the verification of
         its nodes, their logits rows; one state alone read 4-10 ms here). Off the clock, like `calibrate_mid`; the

@@ -80,7 +80,6 @@ class RoundOutcome:
     bonus: int  # the target's token after it
     round_ms: float  # the round's drafting + verification
     mid_ms: float  # its mid steps
-    call_ms: float  # what a step-1 mid call adds to a round here, measured at load (0: not measured)
     row_ms: float  # what one more accepted token's logits row costs here
     verify_ms: Callable[[np.ndarray], np.ndarray]  # T(n) on this host: [m] node counts -> [m] ms
     small_cut: Callable[[DraftTree, np.ndarray], np.ndarray]  # the tree's n-gram nodes -> those an all-small round

@@ -8,9 +8,12 @@ separates them is what the calls have yielded so far in the request, and a verif
 - a call round commits `a` tokens in `t` ms. Without the call it would have committed `a'`: the accepted path's
   leading nodes that an all-small round would have verified, i.e. what the cost-aware cut makes of the tree's
   n-gram nodes scored by the n-gram drafter alone (`Pruner.cut_among`), plus one where the path's next token is
-  among them; and taken `t'` = t - the call's cost: the larger of its parts in this round (the mid steps' ms, the
-  verification of the nodes the call added to that cut, T(n) - T(n'), the logits rows of the a - a' extra tokens)
-  and what a call added to a round in trial rounds at load (`Engine.calibrate_call`). Until 2026-12-05 a' counted
+  among them; and taken `t'` = t - the call's cost in this round: the mid steps' ms, the verification of the nodes
+  the call added to that cut, T(n) - T(n'), and the logits rows of the a - a' extra tokens. (Until 2026-12-05 the
+  cost was at least what a call added to a round in trial rounds at load, `Engine.calibrate_call`: that figure
+  read 1.0-7.4 ms across runs, while these parts, against trial rounds from the same states, read 3.7 ms where
+  the truth was 3.6 ms; with a load figure of 6.9 ms the gate called in 58% of replayed rounds, not 90%.) Until
+  2026-12-05 too, a' counted
   the path's leading n-gram nodes that the cut kept: where the mid confirms an n-gram node its score rises and the
   cut keeps deeper n-gram nodes than all-small would, so that read a' 2.83 where the same states' all-small trial
   rounds accepted 2.55 (bench suite, fp32, Zen 5), and the gate closed where calls paid. Now: 2.39 vs 2.38, and
@@ -89,8 +92,7 @@ def round_yield(o: RoundOutcome) -> Yield:
             lead += 1
     verify_with, verify_without = o.verify_ms(np.array([len(o.kept), len(cut)]))
     extra = max(0, len(path) - 1 - lead)  # tokens only the mid's nodes gave
-    parts = o.mid_ms + max(0.0, float(verify_with - verify_without)) + extra * o.row_ms
-    saved = max(parts, o.call_ms)  # the parts miss what a bigger tree costs elsewhere (measured at load: call_ms)
+    saved = o.mid_ms + max(0.0, float(verify_with - verify_without)) + extra * o.row_ms  # what the call cost
     return Yield(len(path), o.round_ms, lead + 1, max(o.round_ms - saved, 1e-3))
 
 
