@@ -53,18 +53,20 @@ def test_every_path_matches_stock_at_every_row_count(bias, forced):
 
 def test_a_packed_row_does_not_depend_on_its_batch():
     """The packed kernel computes each output as one FMA chain over k, whatever the number of rows: a row
-    computed alone equals the same row computed among 1-40 others, bit for bit (1-4 rows read several blocks
-    side by side; 25 blocks leave a remainder for each thread's share)."""
+    computed alone equals the same row computed among 1-40 others, bit for bit, at every row count (1-4 rows read
+    several blocks side by side, 7-8 one, 5-6 and 9+ take tiles of 4-6 rows x 2-3 blocks over groups of 6 blocks:
+    25 blocks leave a remainder for each group, tile and thread's share; an odd K leaves one for the k loop)."""
     if packed_ops() is None:
         pytest.skip(f"packed kernel not available here: {packed_unavailable()}")
     torch.manual_seed(1)
-    layer = torch.nn.Linear(576, 200, bias=False)
-    use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed"])))
-    x = torch.randn(40, 576)
-    alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
-    for rows in (2, 3, 4, 5, 8, 13, 40):
-        assert torch.equal(layer(x[:rows]), alone[:rows])
-    assert torch.allclose(alone, x @ layer.weight.T, atol=1e-5)
+    for k in (576, 577):
+        layer = torch.nn.Linear(k, 200, bias=False)
+        use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed"])))
+        x = torch.randn(40, k)
+        alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
+        for rows in range(2, 41):
+            assert torch.equal(layer(x[:rows]), alone[:rows]), (k, rows)
+        assert torch.allclose(alone, x @ layer.weight.T, atol=1e-5)
 
 
 def test_the_avx512_kernel_is_bit_equal_to_the_avx2_one_at_every_row_count():
