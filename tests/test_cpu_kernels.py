@@ -192,27 +192,33 @@ def test_a_drafters_scorer_runs_on_the_measured_paths():
     assert not hasattr(draft_output(rows, 64, None, small_batch=False)[0], "kernel_table")
 
 
-def test_the_fp16_weight_kernel_is_the_fp32_product_of_the_rounded_weights_whatever_the_batch():
-    """packed16h (a drafter's path, `half_drafter`): fp16 copies of the weights, fp32 FMA chains over k, so on
-    weights already rounded to fp16 it computes what F.linear computes on them, and a row does not depend on its
-    batch; on the original weights it is off by the rounding alone."""
-    from treegraft.cpu_kernels import HALF_PATH, half_weights, packed16h_ops
+@pytest.mark.parametrize("path", ["packed16h", "packed8h"])
+def test_the_fp16_weight_kernel_is_the_fp32_product_of_the_rounded_weights_whatever_the_batch(path):
+    """packed16h / packed8h (a drafter's paths, `half_drafter`): fp16 copies of the weights, fp32 FMA chains over k,
+    so on weights already rounded to fp16 they compute what F.linear computes on them (packed8h: bit for bit what
+    the fp32 AVX2 kernel computes), and a row does not depend on its batch; on the original weights they are off
+    by the rounding alone."""
+    from treegraft.cpu_kernels import PACKED_KERNELS, half_weights
 
-    if packed16h_ops() is None:
-        pytest.skip("the fp16-weight kernel needs a CPU with AVX-512")
+    attr, ops, _ = PACKED_KERNELS[path]
+    if ops() is None:
+        pytest.skip(f"the {path} kernel needs " + ("a CPU with AVX-512" if path == "packed16h" else "AVX2 + F16C"))
     torch.manual_seed(3)
-    layer = torch.nn.Linear(576, 208, bias=True)
+    layer = torch.nn.Linear(576, 208, bias=True)  # 26 blocks of 8, 13 of 16: remainders for tiles and threads
     exact = layer.weight.detach().clone()
     x = torch.randn(40, 576)
     assert half_weights(layer) == 1 and torch.equal(layer.weight, exact.half().float())
-    use_cpu_kernels(layer, KernelTable(body={b: HALF_PATH for b in BUCKETS + (PREFILL_ROWS,)}))
-    assert layer.weight_packed16h.dtype == torch.float16
+    use_cpu_kernels(layer, KernelTable(body={b: path for b in BUCKETS + (PREFILL_ROWS,)}))
+    assert getattr(layer, attr).dtype == torch.float16
     alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
-    for rows in (2, 5, 8, 13, 16, 17, 40):
+    for rows in range(2, 41):
         assert torch.equal(layer(x[:rows]), alone[:rows]), rows
     assert torch.allclose(alone, F.linear(x, layer.weight, layer.bias), atol=1e-5)
     assert not torch.allclose(alone, F.linear(x, exact, layer.bias), atol=1e-6)  # the rounding shows
     assert torch.allclose(alone, F.linear(x, exact, layer.bias), atol=5e-3)
+    if path == "packed8h" and packed_ops() is not None:
+        use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed"])))
+        assert torch.equal(torch.cat([layer(x[i:i + 1]) for i in range(40)]), alone)  # the fp32 kernel's chains
 
 
 def test_a_half_drafter_never_rounds_the_targets_weights():

@@ -20,10 +20,11 @@ forward of 8 tokens 1.8x one token). Four paths compute the same products:
 - `packed16` (fp32, CPUs with AVX-512; pair switch `wide_kernel`): the same on blocks of 16
   output rows, up to 16 rows of x a pass (`kernels/packed16_gemm.cpp`); the same FMA chain
   per output, so its rows are bit-equal to `packed`'s and a table may mix the two.
-- `packed16h` (a drafter's only, pair switch `half_drafter`; AVX-512): `packed16` reading fp16
-  copies of the weights (`kernels/packed16h_gemm.cpp`), fp32 FMA chains. The drafter's weights
-  are rounded to fp16 at load (`half_weights`), so every path computes on the same weights and
-  this one streams half the bytes; the target never takes it, so output stays exact.
+- `packed16h` / `packed8h` (a drafter's only, pair switch `half_drafter`; AVX-512 / AVX2 + F16C):
+  `packed16` / `packed` reading fp16 copies of the weights (`kernels/packed16h_gemm.cpp`,
+  `kernels/packed8h_gemm.cpp`), fp32 FMA chains. The drafter's weights are rounded to fp16 at load
+  (`half_weights`), so every path computes on the same weights and these stream half the bytes; the
+  target never takes them, so output stays exact.
 
 Nothing is assumed: at load, `use_cpu_kernels` times every available path for the
 body's largest layer shape and for the head, at every row bucket (1, 2, 4, ... 64) in
@@ -66,7 +67,8 @@ STREAM_BYTES = 64 << 20  # the body's timing streams through at least this many 
 SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
 SOURCE16 = Path(__file__).parent / "kernels" / "packed16_gemm.cpp"
 SOURCE16H = Path(__file__).parent / "kernels" / "packed16h_gemm.cpp"
-HALF_PATH = "packed16h"  # a drafter's path only (`half_weights`): fp16 weights, fp32 products
+SOURCE8H = Path(__file__).parent / "kernels" / "packed8h_gemm.cpp"
+HALF_PATHS = ("packed16h", "packed8h")  # a drafter's paths only (`half_weights`): fp16 weights, fp32 products
 
 
 @dataclass
@@ -116,18 +118,20 @@ def packed_ops():
     return _ops["ops"]
 
 
-def _avx512_ops(key: str, name: str, source: Path):
-    """An AVX-512 kernel's module (built once per machine like the AVX2 one, serial where that one is), or None where
-    the CPU lacks AVX-512 or the build fails (the other paths remain)."""
+def _extra_ops(key: str, name: str, source: Path, isa: list[str]):
+    """Another kernel's module, built once per machine like the AVX2 one (serial where that one is, with the ISA
+    flags `isa`), or None where the AVX2 kernel is not built here, the CPU lacks AVX-512 for an AVX-512 kernel, or
+    the build fails (the other paths remain)."""
     if key not in _ops:
         _ops[key] = None
-        if torch.backends.cpu.get_cpu_capability() == "AVX512" and packed_ops() is not None:
+        avx512_ok = "-mavx512f" not in isa or torch.backends.cpu.get_cpu_capability() == "AVX512"
+        if avx512_ok and packed_ops() is not None:
             from torch.utils.cpp_extension import load
 
             omp = ["-fopenmp"] if "serial" not in getattr(_ops["ops"], "__name__", "") else []
             try:
                 _ops[key] = load(name + ("" if omp else "_serial"), [str(source)],
-                                 extra_cflags=["-O3", "-mavx512f", "-mfma", *omp], extra_ldflags=omp, verbose=False)
+                                 extra_cflags=["-O3", *isa, "-mfma", *omp], extra_ldflags=omp, verbose=False)
             except Exception:
                 _ops[key] = None
     return _ops[key]
@@ -136,20 +140,26 @@ def _avx512_ops(key: str, name: str, source: Path):
 def packed16_ops():
     """The AVX-512 packed kernel's module (kernels/packed16_gemm.cpp: blocks of 16 output rows, up to 16 rows of x a
     pass, bit-equal to the AVX2 kernel), or None where the CPU lacks AVX-512 or the build fails."""
-    return _avx512_ops("ops16", "treegraft_packed16_gemm_v2", SOURCE16)
+    return _extra_ops("ops16", "treegraft_packed16_gemm_v2", SOURCE16, ["-mavx512f"])
 
 
 def packed16h_ops():
     """The AVX-512 packed kernel on fp16 copies of the weights (kernels/packed16h_gemm.cpp; a drafter's path, see
     `half_weights`), or None where the CPU lacks AVX-512 or the build fails."""
-    return _avx512_ops("ops16h", "treegraft_packed16h_gemm_v1", SOURCE16H)
+    return _extra_ops("ops16h", "treegraft_packed16h_gemm_v1", SOURCE16H, ["-mavx512f"])
+
+
+def packed8h_ops():
+    """The AVX2 + F16C packed kernel on fp16 copies of the weights (kernels/packed8h_gemm.cpp; a drafter's path, see
+    `half_weights`; bit-equal to the AVX2 kernel on rounded weights), or None where that kernel is not built here."""
+    return _extra_ops("ops8h", "treegraft_packed8h_gemm_v1", SOURCE8H, ["-mavx2", "-mf16c"])
 
 
 @torch.no_grad()
 def half_weights(model: torch.nn.Module, keep: set[int] = frozenset()) -> int:
     """Round the fp32 weights of the model's Linear layers to fp16 precision, in place (fp32 tensors still), and
     return how many were rounded: a drafter's setting (`PairConfig.half_drafter`), so that every path computes on
-    the same weights and `packed16h` can read them as fp16, half the bytes. Layers whose weight shares storage with
+    the same weights and `packed16h` / `packed8h` can read them as fp16, half the bytes. Layers whose weight shares storage with
     `keep` (data pointers of the target's parameters: a mid LM's shared output head) are left as they are; the
     target is never rounded, so its greedy output stays exact."""
     n = 0
@@ -164,7 +174,7 @@ def half_weights(model: torch.nn.Module, keep: set[int] = frozenset()) -> int:
 # the packed kernels' paths (they take a prefetch distance) -> (the layer attribute holding the packed weight, the
 # kernel's module, output rows per packed block)
 PACKED_KERNELS = {"packed": ("weight_packed", packed_ops, 8), "packed16": ("weight_packed16", packed16_ops, 16),
-                  HALF_PATH: ("weight_packed16h", packed16h_ops, 16)}
+                  "packed16h": ("weight_packed16h", packed16h_ops, 16), "packed8h": ("weight_packed8h", packed8h_ops, 8)}
 
 
 def packed_threads() -> int:
@@ -295,8 +305,10 @@ def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[s
         paths.append("packed")
         if packed16_ops() is not None and packable(probe, 16):
             paths.append("packed16")
-        if HALF_PATH in allowed and packed16h_ops() is not None and packable(probe, 16):
-            paths.append(HALF_PATH)
+        if "packed16h" in allowed and packed16h_ops() is not None and packable(probe, 16):
+            paths.append("packed16h")
+        if "packed8h" in allowed and packed8h_ops() is not None:
+            paths.append("packed8h")
     return tuple(p for p in paths if p in allowed or p == "stock")
 
 

@@ -240,14 +240,14 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     use_tree_attention(target)  # grouped-query tree attention without copying the cache
     use_tree_attention(mid)
     if pair.small_batch_linear and device.type == "cpu":
-        from .cpu_kernels import HALF_PATH, PATHS, half_weights
+        from .cpu_kernels import HALF_PATHS, PATHS, half_weights
 
         allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if p != "packed16")
         use_cpu_kernels(target, allowed=allowed)
         half = half_drafter(pair, torch_dtype, device)
         if half:  # the drafter's own weights only (a mid LM's output head may be the target's)
             half_weights(mid, keep={p.untyped_storage().data_ptr() for p in target.parameters()})
-        use_cpu_kernels(mid, allowed=allowed + ((HALF_PATH,) if half else ()))
+        use_cpu_kernels(mid, allowed=allowed + (HALF_PATHS if half else ()))
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)), corpus)
 
 

@@ -143,9 +143,9 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
     weight = rows.detach().half().to(rows.dtype) if half else rows.detach().contiguous()  # half: a rounded copy
     scorer.weight = nn.Parameter(weight, requires_grad=False)
     if small_batch:
-        from ..cpu_kernels import HALF_PATH, PATHS, use_cpu_kernels
+        from ..cpu_kernels import HALF_PATHS, PATHS, use_cpu_kernels
 
-        use_cpu_kernels(scorer, allowed=PATHS + ((HALF_PATH,) if half else ()), prefill=False)
+        use_cpu_kernels(scorer, allowed=PATHS + (HALF_PATHS if half else ()), prefill=False)
     return scorer.requires_grad_(False), vocab, col_of
 
 

@@ -1,0 +1,92 @@
+// packed_gemm.cpp's kernel reading fp16 copies of the weights, for AVX2 + F16C (treegraft/cpu_kernels.py, path
+// "packed8h"): packed16h_gemm.cpp's counterpart on CPUs without AVX-512, for a drafter only. W is packed once at load
+// into blocks of 8 output rows, [N / 8, K, 8] in fp16; each k step widens one block row to fp32 (vcvtph2ps) and runs
+// the same fp32 FMA chain over k as the fp32 kernels, so on weights already rounded to fp16 a row's result is
+// bit-equal to packed_gemm.cpp's and does not depend on its batch. Half the bytes a draft head call streams: the
+// call runs after the target's verification has evicted the head's weights from the caches.
+// Tiles of R rows x B blocks as in packed_gemm.cpp: 1-2 rows read 4 blocks side by side, 3-6 rows 2 (enough
+// independent chains to cover the FMA's latency), 7-8 rows one; more rows go 8 at a time.
+#include <torch/extension.h>
+#include <immintrin.h>
+#include <ATen/Parallel.h>
+
+constexpr int64_t NB = 8;
+
+torch::Tensor pack(torch::Tensor w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % NB == 0,
+              "fp32 [N, K] with N a multiple of ", NB);
+  const int64_t N = w.size(0), K = w.size(1);
+  return w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous().to(at::kHalf);  // [N / 8, K, 8]
+}
+
+static inline __m256 load_half(const at::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Y[r, b * 8 : b * 8 + 8] = X[r, :] . block b for r < R, b < B; P the first block, blocks K * 8 apart.
+template <int R, int B>
+static inline void tile(const float* X, int64_t K, const at::Half* P, float* Y, int64_t N, int64_t pf) {
+  __m256 acc[B][R];
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
+  const int64_t bs = K * NB;
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 w[B];
+    for (int b = 0; b < B; ++b) {
+      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
+      w[b] = load_half(P + b * bs + k * NB);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(X + r * K + k);
+      for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(w[b], x, acc[b][r]);
+    }
+  }
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N + b * NB, acc[b][r]);
+}
+
+// R rows against blocks [b0, b1): B blocks a tile, the rest one at a time.
+template <int R>
+static void rows(const float* X, int64_t K, const at::Half* P, float* Y, int64_t N, int64_t b0, int64_t b1,
+                 int64_t pf) {
+  constexpr int B = R <= 2 ? 4 : R <= 6 ? 2 : 1;
+  int64_t b = b0;
+  for (; b + B <= b1; b += B) tile<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  for (; b < b1; ++b) tile<R, 1>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+}
+
+torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
+  x = x.contiguous();
+  TORCH_CHECK(p.dim() == 3 && p.scalar_type() == at::kHalf && p.size(1) == x.size(1) && p.size(2) == NB,
+              "packed fp16 weight [N / 8, K, 8]");
+  TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
+  auto y = torch::empty({x.size(0), p.size(0) * NB}, x.options());
+  const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
+  const float* X = x.data_ptr<float>();
+  const at::Half* P = p.data_ptr<at::Half>();
+  float* Y = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
+    for (int64_t m = 0; m < M; m += 8) {
+      const float* xm = X + m * K;
+      float* ym = Y + m * N;
+      switch (std::min<int64_t>(8, M - m)) {
+        case 8: rows<8>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        case 7: rows<7>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        case 6: rows<6>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        case 5: rows<5>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        case 4: rows<4>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        case 3: rows<3>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        case 2: rows<2>(xm, K, P, ym, N, b0, b1, prefetch); break;
+        default: rows<1>(xm, K, P, ym, N, b0, b1, prefetch); break;
+      }
+    }
+  });
+  return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("pack", &pack, "W [N, K] fp32 -> packed fp16 [N / 8, K, 8]");
+  m.def("packed_linear", &packed_linear, "x [M, K] . W^T from the packed fp16 W, prefetching `prefetch` elements ahead",
+        py::arg("x"), py::arg("p"), py::arg("prefetch"));
+}
