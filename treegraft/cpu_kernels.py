@@ -159,9 +159,9 @@ def packed8h_ops():
 def half_weights(model: torch.nn.Module, keep: set[int] = frozenset()) -> int:
     """Round the fp32 weights of the model's Linear layers to fp16 precision, in place (fp32 tensors still), and
     return how many were rounded: a drafter's setting (`PairConfig.half_drafter`), so that every path computes on
-    the same weights and `packed16h` / `packed8h` can read them as fp16, half the bytes. Layers whose weight shares storage with
-    `keep` (data pointers of the target's parameters: a mid LM's shared output head) are left as they are; the
-    target is never rounded, so its greedy output stays exact."""
+    the same weights and `packed16h` / `packed8h` can read them as fp16, half the bytes. Layers whose weight shares
+    storage with `keep` (data pointers of the target's parameters: a mid LM's shared output head) are left as they
+    are; the target is never rounded, so its greedy output stays exact."""
     n = 0
     for m in model.modules():
         if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.float32 \
@@ -174,7 +174,8 @@ def half_weights(model: torch.nn.Module, keep: set[int] = frozenset()) -> int:
 # the packed kernels' paths (they take a prefetch distance) -> (the layer attribute holding the packed weight, the
 # kernel's module, output rows per packed block)
 PACKED_KERNELS = {"packed": ("weight_packed", packed_ops, 8), "packed16": ("weight_packed16", packed16_ops, 16),
-                  "packed16h": ("weight_packed16h", packed16h_ops, 16), "packed8h": ("weight_packed8h", packed8h_ops, 8)}
+                  "packed16h": ("weight_packed16h", packed16h_ops, 16),
+                  "packed8h": ("weight_packed8h", packed8h_ops, 8)}
 
 
 def packed_threads() -> int:
