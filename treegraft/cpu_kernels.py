@@ -106,7 +106,7 @@ def packed_ops():
         else:
             from torch.utils.cpp_extension import load
 
-            for name, omp in (("treegraft_packed_gemm_v6", ["-fopenmp"]), ("treegraft_packed_gemm_v6_serial", [])):
+            for name, omp in (("treegraft_packed_gemm_v7", ["-fopenmp"]), ("treegraft_packed_gemm_v7_serial", [])):
                 try:  # a compiler without OpenMP (Apple clang) builds the serial variant
                     _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma", *omp],
                                        extra_ldflags=omp, verbose=False)

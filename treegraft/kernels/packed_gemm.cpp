@@ -5,7 +5,7 @@
 // 8 AVX2 accumulators and reads each block once per 8 rows (the 1-row path of BLAS reads W once per row
 // too, but a general GEMM kernel for 2-16 rows is far from the memory bound on a few cores).
 // With 1-4 rows, one accumulator per row and block would leave the FMA units waiting on each chain's latency,
-// so up to 4 blocks are read side by side (micro_wide): 1.3-1.7x faster at 1-4 rows on a 2-core AVX2 EPYC
+// so up to 4 blocks are read side by side (tile): 1.3-1.7x faster at 1-4 rows on a 2-core AVX2 EPYC
 // (a 1536 x 576 layer, idle). 7-8 rows take micro, one pass a block. 5-6 and 9+ rows take tiles of 4-6 rows x 2-3
 // blocks (tile): micro's one block needs a broadcast load per FMA, so the load ports set its pace; a tile shares
 // each broadcast across its blocks (0.26 -> 0.23 ms at 16 rows on a 2-core Zen 2 EPYC).
@@ -28,33 +28,10 @@ constexpr int64_t NB = V::NB;
 
 torch::Tensor pack(torch::Tensor w) { return pack_blocks<V>(w); }
 
-// Few rows (M <= 4): B consecutive blocks per pass, so that B * M independent accumulators hide the FMA latency
-// (one row alone is one dependency chain per block). Each output is still the same FMA chain over k. Kept apart
-// from micro: folding micro into this template (B = 1) compiled 5-8 rows ~1.8x slower here, bit-equal results.
-template <int R, int B>
-static inline void micro_wide(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
-  V::reg acc[B][R];
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) acc[b][r] = V::zero();
-  const int64_t bs = K * NB;
-  for (int64_t k = 0; k < K; ++k) {
-    V::reg w[B];
-    for (int b = 0; b < B; ++b) {
-      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
-      w[b] = V::load(P + b * bs + k * NB);
-    }
-    for (int r = 0; r < R; ++r) {
-      const V::reg x = V::bcast(X + r * K + k);
-      for (int b = 0; b < B; ++b) acc[b][r] = V::fma(w[b], x, acc[b][r]);
-    }
-  }
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
-}
-
 // R rows x B blocks side by side, k unrolled by two so that each block's stream is prefetched once per 64-byte line.
-// With 5 or more rows, micro's single block needs one broadcast load of x per FMA, and the two load ports, not the
-// two FMA pipes, set the pace; B blocks share each broadcast. Each output is still the same FMA chain over k.
+// B blocks share each broadcast of x (with 5 or more rows, micro's single block needs one broadcast load per FMA,
+// and the two load ports, not the two FMA pipes, set the pace) and give B * R independent FMA chains. Each output
+// is still the same FMA chain over k.
 template <int R, int B>
 static inline void tile(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
   V::reg acc[B][R];
@@ -80,24 +57,26 @@ static inline void tile(const float* X, int64_t K, const float* P, float* Y, int
     for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
 }
 
-// R rows of x against blocks [b0, b1): B blocks a tile (B * R = 10-12 accumulators keep both FMA pipes busy through
-// their latency; 4 rows x 3 blocks spills), the rest one block at a time.
-template <int R>
-static void row_tile(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
-                     int64_t pf) {
-  constexpr int B = R >= 5 ? 2 : 3;
+// R rows of x against blocks [b0, b1): B blocks a tile, the rest one block at a time. B * R independent
+// accumulators hide the FMA's latency (one row alone is one chain per block): 1-2 rows take 4 blocks, 3-4 rows 2
+// (few_rows: 1.3-1.7x faster at 1-4 rows than one block a pass), 5-6 rows 2 and 4 rows among more 3 (row_tile: 10-12
+// accumulators keep both FMA pipes busy; 4 rows x 3 blocks spill at 1-4 rows alone).
+template <int R, int B>
+static void over_blocks(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
+                        int64_t pf) {
   int64_t b = b0;
   for (; b + B <= b1; b += B) tile<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
   for (; b < b1; ++b) tile<R, 1>(X, K, P + b * K * NB, Y + b * NB, N, pf);
 }
-
 template <int R>
 static void few_rows(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
                      int64_t pf) {
-  constexpr int B = R <= 2 ? 4 : 2;
-  int64_t b = b0;
-  for (; b + B <= b1; b += B) micro_wide<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
-  for (; b < b1; ++b) micro<V, R>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  over_blocks<R, R <= 2 ? 4 : 2>(X, K, P, Y, N, b0, b1, pf);
+}
+template <int R>
+static void row_tile(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
+                     int64_t pf) {
+  over_blocks<R, R >= 5 ? 2 : 3>(X, K, P, Y, N, b0, b1, pf);
 }
 
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
