@@ -5,18 +5,12 @@
 // target's verification has evicted the head's weights from the caches, so it reads them from memory.
 // W is packed once at load into blocks of 16 output rows, [N / 16, K, 16] in fp16; each k step widens one block row
 // to fp32 (vcvtph2ps, AVX-512F) and prefetches `prefetch` elements ahead.
-#include <torch/extension.h>
-#include <immintrin.h>
+#include "packed_micro.h"
 #include <ATen/Parallel.h>
 
-constexpr int64_t NB = 16;
+constexpr int64_t NB = Avx512::NB;
 
-torch::Tensor pack(torch::Tensor w) {
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % NB == 0,
-              "fp32 [N, K] with N a multiple of ", NB);
-  const int64_t N = w.size(0), K = w.size(1);
-  return w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous().to(at::kHalf);  // [N / 16, K, 16]
-}
+torch::Tensor pack(torch::Tensor w) { return pack_blocks<Avx512>(w).to(at::kHalf); }  // [N / 16, K, 16] fp16
 
 template <int R>
 static inline void micro(const float* X, int64_t K, const at::Half* P, float* Y, int64_t N, int64_t pf) {
@@ -31,12 +25,7 @@ static inline void micro(const float* X, int64_t K, const at::Half* P, float* Y,
 }
 
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
-  x = x.contiguous();
-  TORCH_CHECK(p.dim() == 3 && p.scalar_type() == at::kHalf && p.size(1) == x.size(1) && p.size(2) == NB,
-              "packed fp16 weight [N / 16, K, 16]");
-  TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
-  auto y = torch::empty({x.size(0), p.size(0) * NB}, x.options());
+  auto y = packed_output<Avx512>(x, p, prefetch, at::kHalf);
   const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
   const float* X = x.data_ptr<float>();
   const at::Half* P = p.data_ptr<at::Half>();

@@ -6,18 +6,12 @@
 // call runs after the target's verification has evicted the head's weights from the caches.
 // Tiles of R rows x B blocks as in packed_gemm.cpp: 1-2 rows read 4 blocks side by side, 3-6 rows 2 (enough
 // independent chains to cover the FMA's latency), 7-8 rows one; more rows go 8 at a time.
-#include <torch/extension.h>
-#include <immintrin.h>
+#include "packed_micro.h"
 #include <ATen/Parallel.h>
 
-constexpr int64_t NB = 8;
+constexpr int64_t NB = Avx2::NB;
 
-torch::Tensor pack(torch::Tensor w) {
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % NB == 0,
-              "fp32 [N, K] with N a multiple of ", NB);
-  const int64_t N = w.size(0), K = w.size(1);
-  return w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous().to(at::kHalf);  // [N / 8, K, 8]
-}
+torch::Tensor pack(torch::Tensor w) { return pack_blocks<Avx2>(w).to(at::kHalf); }  // [N / 8, K, 8] fp16
 
 static inline __m256 load_half(const at::Half* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -56,12 +50,7 @@ static void rows(const float* X, int64_t K, const at::Half* P, float* Y, int64_t
 }
 
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
-  x = x.contiguous();
-  TORCH_CHECK(p.dim() == 3 && p.scalar_type() == at::kHalf && p.size(1) == x.size(1) && p.size(2) == NB,
-              "packed fp16 weight [N / 8, K, 8]");
-  TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
-  auto y = torch::empty({x.size(0), p.size(0) * NB}, x.options());
+  auto y = packed_output<Avx2>(x, p, prefetch, at::kHalf);
   const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
   const float* X = x.data_ptr<float>();
   const at::Half* P = p.data_ptr<at::Half>();

@@ -1,4 +1,5 @@
-// The part the two packed kernels share (packed_gemm.cpp: AVX2, packed16_gemm.cpp: AVX-512): the packing and the
+// The part the packed kernels share (packed_gemm.cpp: AVX2, packed16_gemm.cpp: AVX-512; their fp16-weight
+// variants packed8h_gemm.cpp and packed16h_gemm.cpp use the packing and the checks): the packing and the
 // micro-kernel, written once over a vector type V (Avx2 or Avx512 below) so that each source compiles it for its ISA.
 //
 // W [N, K] is packed once at load into blocks of V::NB output rows laid out [N / NB, K, NB], so each block is one
@@ -55,13 +56,15 @@ static inline void micro(const float* X, int64_t K, const float* P, float* Y, in
   for (int r = 0; r < R; ++r) V::store(Y + r * N, acc[r]);
 }
 
-// The shared argument checks and output of packed_linear: x [M, K] fp32 contiguous, p [N / NB, K, NB].
+// The shared argument checks and output of packed_linear: x [M, K] fp32 contiguous, p [N / NB, K, NB] of `weights`
+// (fp32, or fp16 for the kernels that read fp16 copies of a drafter's weights).
 template <class V>
-torch::Tensor packed_output(torch::Tensor& x, const torch::Tensor& p, int64_t prefetch) {
+torch::Tensor packed_output(torch::Tensor& x, const torch::Tensor& p, int64_t prefetch,
+                            at::ScalarType weights = at::kFloat) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
   x = x.contiguous();
-  TORCH_CHECK(p.dim() == 3 && p.size(1) == x.size(1) && p.size(2) == V::NB, "packed weight [N / ", V::NB, ", K, ",
-              V::NB, "]");
+  TORCH_CHECK(p.dim() == 3 && p.scalar_type() == weights && p.size(1) == x.size(1) && p.size(2) == V::NB,
+              "packed ", weights, " weight [N / ", V::NB, ", K, ", V::NB, "]");
   TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
   return torch::empty({x.size(0), p.size(0) * V::NB}, x.options());
 }
