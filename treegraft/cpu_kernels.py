@@ -106,7 +106,7 @@ def packed_ops():
         else:
             from torch.utils.cpp_extension import load
 
-            for name, omp in (("treegraft_packed_gemm_v8", ["-fopenmp"]), ("treegraft_packed_gemm_v8_serial", [])):
+            for name, omp in (("treegraft_packed_gemm_v9", ["-fopenmp"]), ("treegraft_packed_gemm_v9_serial", [])):
                 try:  # a compiler without OpenMP (Apple clang) builds the serial variant
                     _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma", *omp],
                                        extra_ldflags=omp, verbose=False)

@@ -6,9 +6,10 @@
 // too, but a general GEMM kernel for 2-16 rows is far from the memory bound on a few cores).
 // With 1-4 rows, one accumulator per row and block would leave the FMA units waiting on each chain's latency,
 // so up to 4 blocks are read side by side (tile): 1.3-1.7x faster at 1-4 rows on a 2-core AVX2 EPYC
-// (a 1536 x 576 layer, idle). 7-8 rows take micro, one pass a block. 5-6 and 9+ rows take tiles of 4-6 rows x 2-3
-// blocks (tile): micro's one block needs a broadcast load per FMA, so the load ports set its pace; a tile shares
-// each broadcast across its blocks (0.26 -> 0.23 ms at 16 rows on a 2-core Zen 2 EPYC).
+// (a 1536 x 576 layer, idle). 7-12 rows take micro, one pass a block: there the weights' stream from memory
+// sets the pace, and a second pass over a block (tiles) leaves the stream idle while it runs. 5-6 and 13+ rows
+// take tiles of 4-6 rows x 2-3 blocks (tile): micro's one block needs a broadcast load per FMA, so the load ports
+// set its pace; a tile shares each broadcast across its blocks (0.26 -> 0.23 ms at 16 rows on a 2-core Zen 2 EPYC).
 // The weight streams from memory while the FMAs run: each step prefetches the block `prefetch` floats ahead. With
 // many rows a k step takes longer, so the stream needs a longer lead to stay ahead of the arithmetic: 128 floats
 // left 8 rows ~1.3x slower than 512-1024 on a 2-core Zen 4 EPYC (weights out of cache); cpu_kernels.py measures
@@ -96,18 +97,30 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) 
     });
     return y;
   }
-  if (M <= 8 && M >= 7) {  // one pass of micro over each block: faster here than tiles of 4 + 4 or 4 + 3 rows
+  // 7-12 rows: one pass of micro over each block. Tiles (below) were slower at 7-8 rows (4 + 4 or 4 + 3), and at
+  // 9-12 two passes over each group left the memory stream idle during the second: a 1536 x 576 layer streamed
+  // from memory on a 2-core Zen 2 EPYC, 9 / 10 / 11 / 12 rows 0.17 / 0.17 / 0.17 / 0.18 ms -> 0.14 / 0.15 / 0.16 /
+  // 0.17 (micro<13> and up, or two passes of micro<8>, were slower than tiles).
+  if (M >= 7 && M <= 12) {
     at::parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
-        if (M == 8) micro<V, 8>(X, K, P + b * K * NB, Y + b * NB, N, pf);
-        else micro<V, 7>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+        const float* pb = P + b * K * NB;
+        float* yb = Y + b * NB;
+        switch (M) {
+          case 12: micro<V, 12>(X, K, pb, yb, N, pf); break;
+          case 11: micro<V, 11>(X, K, pb, yb, N, pf); break;
+          case 10: micro<V, 10>(X, K, pb, yb, N, pf); break;
+          case 9: micro<V, 9>(X, K, pb, yb, N, pf); break;
+          case 8: micro<V, 8>(X, K, pb, yb, N, pf); break;
+          default: micro<V, 7>(X, K, pb, yb, N, pf); break;
+        }
       }
     });
     return y;
   }
-  // 5, 6 or 9+ rows: tiles of at most TR rows, as even as possible (16 = 6 + 5 + 5), each over a group of G blocks
+  // 5, 6 or 13+ rows: tiles of at most TR rows, as even as possible (16 = 6 + 5 + 5), each over a group of G blocks
   // that stays in the core's L2 while the tiles read it. On a 2-core AVX2 EPYC (Zen 2), weights out of cache, a
-  // 1536 x 576 layer: 0.26 -> 0.23 ms at 16 rows, 0.23 -> 0.19 at 12, 0.91 -> 0.75 at 64; bit-equal results.
+  // 1536 x 576 layer: 0.26 -> 0.23 ms at 16 rows, 0.91 -> 0.75 at 64; bit-equal results.
   constexpr int64_t TR = 6, G = 6;
   const int64_t tiles = (M + TR - 1) / TR;
   at::parallel_for(0, (blocks + G - 1) / G, 1, [&](int64_t g0, int64_t g1) {
