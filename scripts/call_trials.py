@@ -1,7 +1,9 @@
 """What a step-1 head call adds to a round, measured: at every round of each prompt's generation (advanced with a call
 every round), interleaved trial rounds of all-small and of one head step at step 1 from the same state (caches rolled
-back), with the yield gate's own estimate of the call round (scheduler/online.round_yield) beside them. One JSON row
-per round; `scripts/gate_replay.py` reads them. Run alone on the host (it times rounds).
+back), with the yield gate's own estimate of the call round (scheduler/online.round_yield) beside them, and what a
+rule could read before the call: the target's own confidence at the row that chose the round's root (its top-1
+probability `p1` and entropy `ent`, nats) and the previous round's accepted path (`prev_a`). One JSON row per round;
+`scripts/gate_replay.py` reads them. Run alone on the host (it times rounds).
 
     PYTHONPATH=. .venv/bin/python scripts/call_trials.py bench artifacts/call_trials-bench.json
 """
@@ -9,6 +11,7 @@ import json
 import sys
 
 import numpy as np
+import torch
 
 from treegraft.config import DEFAULT_MODELS_YAML, GenerationConfig, load_pair
 from treegraft.engine import Engine
@@ -27,11 +30,20 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
     eng.calibrate_mid(first, d)
     eng.calibrate_call(first, d)
     call, rows = Fixed((1,) + (0,) * (d.depth - 1)), []
+    head = eng.target.model.get_output_embeddings()
+
+    @torch.no_grad()
+    def confidence(features: torch.Tensor) -> dict:
+        """The target's top-1 probability and entropy at one row of its features [H]."""
+        logp = torch.log_softmax(head(features[None])[0], -1)
+        return dict(p1=float(logp.max().exp()), ent=float(-(logp.exp() * logp).sum()))
 
     for p in prompts:
         state = eng.state()
         s = eng.start(eng.encode(p.messages), MethodSpec("all-mid"), d, GenerationConfig(max_new_tokens=64))
         s.plan = s.plan.with_policy(call)
+        # the first root is the prompt's last token: the target's confidence in it, at the prefill's last row
+        signals = dict(confidence(eng.target.features[-1]), prev_a=None)
         eng.trial_round(s, call)  # warm-up
         while eng.finished(s) is None:
             ms, last = {"small": [], "call": []}, {}
@@ -43,12 +55,15 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
             rows.append(dict(prompt=p.id, cat=p.category, a_small=len(last["small"].acc.path),
                              a_call=len(last["call"].acc.path), ms_small=float(np.median(ms["small"])),
                              ms_call=float(np.median(ms["call"])), y_a=y.tokens, y_ms=y.ms, y_a0=y.tokens_without,
-                             y_ms0=y.ms_without))
-            eng.speculative_round(s)
+                             y_ms0=y.ms_without, first=s.rounds == 0, **signals))
+            v = eng.draft_and_verify(s)  # the round that moves the state on (a call at step 1), kept for its rows
+            eng.learn(s, v)
+            eng.commit(s, v.tree, v.acc)
             s.rounds += 1
+            signals = dict(confidence(eng.target.features[v.acc.rows[-1]]), prev_a=len(v.acc.path))
         eng.restore(state)
     json.dump(rows, open(out, "w"))
-    m = {k: np.mean([r[k] for r in rows]) for k in rows[0] if k not in ("prompt", "cat")}
+    m = {k: np.mean([r[k] for r in rows]) for k in ("a_small", "a_call", "ms_small", "ms_call", "y_a0", "y_ms0")}
     print(f"{len(rows)} rounds: all-small {m['a_small']:.2f} tokens in {m['ms_small']:.1f} ms; with the call "
           f"{m['a_call']:.2f} in {m['ms_call']:.1f} ms; the gate's estimate without it {m['y_a0']:.2f} in "
           f"{m['y_ms0']:.1f} ms")

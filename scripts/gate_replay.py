@@ -1,11 +1,14 @@
 """Replay step-1 rules on measured trial rounds (`scripts/call_trials.py` output): each round's outcome with or without
 the call, as the rule decides from the rounds before it (the gate sees only its own estimates of its call rounds).
-Prints the mean per-prompt speed against all-small's and the share of rounds called.
+Prints the mean per-prompt speed against all-small's and the share of rounds called, then what no step-1 rule can beat
+on these rounds (hindsight: calling exactly where the call paid, per round or per prompt), what a rule reading the
+target's confidence at the root (`p1`, the target's top-1 probability there) would keep, and what calling always would
+give if a call round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens).
 
     PYTHONPATH=. .venv/bin/python scripts/gate_replay.py artifacts/call_trials-bench.json artifacts/call_trials-unseen.json
 """
+import argparse
 import json
-import sys
 from collections import defaultdict
 
 import numpy as np
@@ -24,9 +27,47 @@ def replay(rounds: list[dict], rule) -> tuple[float, float, int]:
     return tokens, ms, calls
 
 
-def main(files: list[str]) -> None:
+def speed(rounds: list[dict], called) -> float:
+    """Tokens per ms with the call in the rounds where `called` [n] is True, against all-small's."""
+    a = sum(r["a_call" if c else "a_small"] for r, c in zip(rounds, called))
+    t = sum(r["ms_call" if c else "ms_small"] for r, c in zip(rounds, called))
+    return a / t / (sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds))
+
+
+def bounds(prompts: dict, cheaper: list[float]) -> None:
+    """Hindsight rules (no step-1 rule beats them on these rounds), signal thresholds, cheaper calls."""
+    rounds = [r for rs in prompts.values() for r in rs]
+    rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
+    pays = lambda r: r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) > 0  # noqa: E731
+    per_prompt = {k: speed(rs, [True] * len(rs)) > 1 for k, rs in prompts.items()}
+    hindsight = {"hindsight, per round": lambda k, rs: [pays(r) for r in rs],
+                 "hindsight, per prompt": lambda k, rs: [per_prompt[k]] * len(rs)}
+    if all("p1" in r for r in rounds):
+        for q in (0.25, 0.5, 0.75):
+            cut = float(np.quantile([r["p1"] for r in rounds], q))
+            hindsight[f"call where p1 >= {cut:.2f}"] = lambda k, rs, c=cut: [r["p1"] >= c for r in rs]
+            hindsight[f"call where p1 < {cut:.2f}"] = lambda k, rs, c=cut: [r["p1"] < c for r in rs]
+        corr = np.corrcoef([r["p1"] for r in rounds],
+                           [r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) for r in rounds])[0, 1]
+        print(f"the target's p1 at the root against a call's gain (tokens, net of its time): r = {corr:+.3f}")
+    for name, rule in hindsight.items():
+        called = {k: rule(k, rs) for k, rs in prompts.items()}
+        ratios = [speed(rs, called[k]) for k, rs in prompts.items()]
+        share = np.mean([c for cs in called.values() for c in cs])
+        print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+    for c in cheaper:
+        cheap = {k: [dict(r, ms_call=r["ms_call"] - c) for r in rs] for k, rs in prompts.items()}
+        ratios = [speed(rs, [True] * len(rs)) for rs in cheap.values()]
+        print(f"always, a call {c:g} ms cheaper: {np.mean(ratios):.4f}x all-small's speed (mean per prompt)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="scripts/call_trials.py outputs")
+    ap.add_argument("--cheaper", default="1,2,3", help="ms a call round might save (comma-separated)")
+    args = ap.parse_args()
     prompts = defaultdict(list)
-    for f in files:
+    for f in args.files:
         for r in json.load(open(f)):
             prompts[(f, r["prompt"])].append(r)
     rules = {"never": lambda g: False, "always": lambda g: True, "gate (bound, Z = %g)" % online.Z: YieldGate.wants_call,
@@ -39,7 +80,8 @@ def main(files: list[str]) -> None:
             ratios.append(a / t / base)
             calls, n = calls + c, n + len(rounds)
         print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {calls / n:.0%} of rounds")
+    bounds(prompts, [float(c) for c in args.cheaper.split(",") if c])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
