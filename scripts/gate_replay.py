@@ -34,31 +34,31 @@ def speed(rounds: list[dict], called) -> float:
     return a / t / (sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds))
 
 
-def bounds(prompts: dict, cheaper: list[float]) -> None:
-    """Hindsight rules (no step-1 rule beats them on these rounds), signal thresholds, cheaper calls."""
+def bounds(prompts: dict, cheaper: list[float]) -> dict[str, tuple[float, float]]:
+    """{rule: (mean per-prompt speed against all-small's, share of rounds called)}: hindsight rules (no step-1 rule
+    beats them on these rounds), thresholds on the target's confidence at the root where the rows carry it, and
+    calling always with each call round `cheaper` ms shorter."""
     rounds = [r for rs in prompts.values() for r in rs]
     rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
-    pays = lambda r: r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) > 0  # noqa: E731
+    gain = lambda r: r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"])  # noqa: E731  net tokens
     per_prompt = {k: speed(rs, [True] * len(rs)) > 1 for k, rs in prompts.items()}
-    hindsight = {"hindsight, per round": lambda k, rs: [pays(r) for r in rs],
-                 "hindsight, per prompt": lambda k, rs: [per_prompt[k]] * len(rs)}
+    always = lambda k, rs: [True] * len(rs)  # noqa: E731
+    rules = {"hindsight, per round": (lambda k, rs: [gain(r) > 0 for r in rs], 0.0),  # name -> (rule, ms cheaper)
+             "hindsight, per prompt": (lambda k, rs: [per_prompt[k]] * len(rs), 0.0)}
     if all("p1" in r for r in rounds):
         for q in (0.25, 0.5, 0.75):
             cut = float(np.quantile([r["p1"] for r in rounds], q))
-            hindsight[f"call where p1 >= {cut:.2f}"] = lambda k, rs, c=cut: [r["p1"] >= c for r in rs]
-            hindsight[f"call where p1 < {cut:.2f}"] = lambda k, rs, c=cut: [r["p1"] < c for r in rs]
-        corr = np.corrcoef([r["p1"] for r in rounds],
-                           [r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) for r in rounds])[0, 1]
-        print(f"the target's p1 at the root against a call's gain (tokens, net of its time): r = {corr:+.3f}")
-    for name, rule in hindsight.items():
-        called = {k: rule(k, rs) for k, rs in prompts.items()}
-        ratios = [speed(rs, called[k]) for k, rs in prompts.items()]
-        share = np.mean([c for cs in called.values() for c in cs])
-        print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+            rules[f"call where p1 >= {cut:.2f}"] = (lambda k, rs, c=cut: [r["p1"] >= c for r in rs], 0.0)
+            rules[f"call where p1 < {cut:.2f}"] = (lambda k, rs, c=cut: [r["p1"] < c for r in rs], 0.0)
     for c in cheaper:
-        cheap = {k: [dict(r, ms_call=r["ms_call"] - c) for r in rs] for k, rs in prompts.items()}
-        ratios = [speed(rs, [True] * len(rs)) for rs in cheap.values()]
-        print(f"always, a call {c:g} ms cheaper: {np.mean(ratios):.4f}x all-small's speed (mean per prompt)")
+        rules[f"always, a call {c:g} ms cheaper"] = (always, c)
+    out = {}
+    for name, (rule, c) in rules.items():
+        shorter = {k: [dict(r, ms_call=r["ms_call"] - c) for r in rs] for k, rs in prompts.items()}
+        called = {k: rule(k, rs) for k, rs in shorter.items()}
+        out[name] = (float(np.mean([speed(rs, called[k]) for k, rs in shorter.items()])),
+                     float(np.mean([x for cs in called.values() for x in cs])))
+    return out
 
 
 def main() -> None:
@@ -80,7 +80,14 @@ def main() -> None:
             ratios.append(a / t / base)
             calls, n = calls + c, n + len(rounds)
         print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {calls / n:.0%} of rounds")
-    bounds(prompts, [float(c) for c in args.cheaper.split(",") if c])
+    for name, (ratio, share) in bounds(prompts, [float(c) for c in args.cheaper.split(",") if c]).items():
+        print(f"{name:22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+    rounds = [r for rs in prompts.values() for r in rs]
+    if all("p1" in r for r in rounds):
+        rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
+        corr = np.corrcoef([r["p1"] for r in rounds],
+                           [r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) for r in rounds])[0, 1]
+        print(f"the target's p1 at the root against a call's net gain (tokens): r = {corr:+.3f}")
 
 
 if __name__ == "__main__":

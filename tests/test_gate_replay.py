@@ -1,0 +1,44 @@
+"""scripts/gate_replay.py's bounds on step-1 rules, on hand-made trial rounds (no model, no clock)."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gate_replay.py"
+
+
+@pytest.fixture(scope="module")
+def replay():
+    spec = importlib.util.spec_from_file_location("gate_replay", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def trial(a_small, ms_small, a_call, ms_call, p1=0.5):
+    return dict(a_small=a_small, ms_small=ms_small, a_call=a_call, ms_call=ms_call, p1=p1)
+
+
+def test_speed_reads_tokens_per_ms_against_all_small(replay):
+    rounds = [trial(2, 40.0, 4, 50.0), trial(2, 40.0, 2, 50.0)]
+    assert replay.speed(rounds, [False, False]) == pytest.approx(1.0)
+    assert replay.speed(rounds, [True, False]) == pytest.approx((4 + 2) / (50 + 40) / (4 / 80))
+    assert replay.speed(rounds, [True, True]) == pytest.approx(6 / 100 / (4 / 80))
+
+
+def test_hindsight_bounds_every_rule_and_a_cheaper_call_pays_more(replay):
+    # prompt a: the call pays in its first round only; prompt b: it never pays (the n-gram drafter copies)
+    prompts = {"a": [trial(2, 40.0, 4, 44.0, p1=0.9), trial(2, 40.0, 2, 44.0, p1=0.2)],
+               "b": [trial(4, 40.0, 4, 45.0, p1=0.95), trial(4, 40.0, 4, 45.0, p1=0.3)]}
+    out = replay.bounds(prompts, [1.0, 4.0])
+    per_round, share = out["hindsight, per round"]
+    assert share == pytest.approx(0.25)  # exactly the one round where the call paid
+    assert per_round == pytest.approx((replay.speed(prompts["a"], [True, False]) + 1.0) / 2)
+    per_prompt, share_p = out["hindsight, per prompt"]
+    assert share_p == pytest.approx(0.5) and per_prompt <= per_round  # a: called throughout; b: never
+    thresholds = {k: v for k, v in out.items() if k.startswith("call where p1")}
+    assert len(thresholds) == 6 and all(ratio <= per_round + 1e-12 for ratio, _ in thresholds.values())
+    one, four = out["always, a call 1 ms cheaper"][0], out["always, a call 4 ms cheaper"][0]
+    assert one < four and out["always, a call 4 ms cheaper"][1] == 1.0
+    # with the call 4 ms cheaper, prompt a's call rounds cost what all-small's do: a gains 2 tokens in 80 ms
+    assert four == pytest.approx((6 / 80 / (4 / 80) + (8 / 82) / (8 / 80)) / 2)
