@@ -106,7 +106,7 @@ def packed_ops():
         else:
             from torch.utils.cpp_extension import load
 
-            for name, omp in (("treegraft_packed_gemm_v9", ["-fopenmp"]), ("treegraft_packed_gemm_v9_serial", [])):
+            for name, omp in (("treegraft_packed_gemm_v10", ["-fopenmp"]), ("treegraft_packed_gemm_v10_serial", [])):
                 try:  # a compiler without OpenMP (Apple clang) builds the serial variant
                     _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", "-mavx2", "-mfma", *omp],
                                        extra_ldflags=omp, verbose=False)
@@ -140,19 +140,19 @@ def _extra_ops(key: str, name: str, source: Path, isa: list[str]):
 def packed16_ops():
     """The AVX-512 packed kernel's module (kernels/packed16_gemm.cpp: blocks of 16 output rows, up to 16 rows of x a
     pass, bit-equal to the AVX2 kernel), or None where the CPU lacks AVX-512 or the build fails."""
-    return _extra_ops("ops16", "treegraft_packed16_gemm_v3", SOURCE16, ["-mavx512f"])
+    return _extra_ops("ops16", "treegraft_packed16_gemm_v4", SOURCE16, ["-mavx512f"])
 
 
 def packed16h_ops():
     """The AVX-512 packed kernel on fp16 copies of the weights (kernels/packed16h_gemm.cpp; a drafter's path, see
     `half_weights`), or None where the CPU lacks AVX-512 or the build fails."""
-    return _extra_ops("ops16h", "treegraft_packed16h_gemm_v2", SOURCE16H, ["-mavx512f"])
+    return _extra_ops("ops16h", "treegraft_packed16h_gemm_v3", SOURCE16H, ["-mavx512f"])
 
 
 def packed8h_ops():
     """The AVX2 + F16C packed kernel on fp16 copies of the weights (kernels/packed8h_gemm.cpp; a drafter's path, see
     `half_weights`; bit-equal to the AVX2 kernel on rounded weights), or None where that kernel is not built here."""
-    return _extra_ops("ops8h", "treegraft_packed8h_gemm_v2", SOURCE8H, ["-mavx2", "-mf16c"])
+    return _extra_ops("ops8h", "treegraft_packed8h_gemm_v3", SOURCE8H, ["-mavx2", "-mf16c"])
 
 
 @torch.no_grad()

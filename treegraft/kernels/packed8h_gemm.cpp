@@ -4,53 +4,30 @@
 // the same fp32 FMA chain over k as the fp32 kernels, so on weights already rounded to fp16 a row's result is
 // bit-equal to packed_gemm.cpp's and does not depend on its batch. Half the bytes a draft head call streams: the
 // call runs after the target's verification has evicted the head's weights from the caches.
-// Tiles of R rows x B blocks as in packed_gemm.cpp: 1-2 rows read 4 blocks side by side, 3-6 rows 2 (enough
-// independent chains to cover the FMA's latency), 7-8 rows one; more rows go 8 at a time.
+// The AVX2 kernel's tiles and micro-kernel (packed_micro.h) on fp16 blocks: 1-2 rows read 4 blocks side by side,
+// 3-6 rows 2, 7-8 rows one; more rows go 8 at a time.
 #include "packed_micro.h"
 #include <ATen/Parallel.h>
 
-constexpr int64_t NB = Avx2::NB;
+using V = Avx2;
+constexpr int64_t NB = V::NB;
 
-torch::Tensor pack(torch::Tensor w) { return pack_blocks<Avx2>(w).to(at::kHalf); }  // [N / 8, K, 8] fp16
+torch::Tensor pack(torch::Tensor w) { return pack_blocks<V, at::Half>(w); }  // [N / 8, K, 8] fp16
 
-static inline __m256 load_half(const at::Half* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-// Y[r, b * 8 : b * 8 + 8] = X[r, :] . block b for r < R, b < B; P the first block, blocks K * 8 apart.
-template <int R, int B>
-static inline void tile(const float* X, int64_t K, const at::Half* P, float* Y, int64_t N, int64_t pf) {
-  __m256 acc[B][R];
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
-  const int64_t bs = K * NB;
-  for (int64_t k = 0; k < K; ++k) {
-    __m256 w[B];
-    for (int b = 0; b < B; ++b) {
-      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
-      w[b] = load_half(P + b * bs + k * NB);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(X + r * K + k);
-      for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(w[b], x, acc[b][r]);
-    }
-  }
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(Y + r * N + b * NB, acc[b][r]);
-}
-
-// R rows against blocks [b0, b1): B blocks a tile, the rest one at a time.
+// R rows against blocks [b0, b1): 1-2 rows 4 blocks a tile, 3-6 rows 2 (enough independent chains to cover the FMA's
+// latency), 7-8 rows one pass of micro.
 template <int R>
 static void rows(const float* X, int64_t K, const at::Half* P, float* Y, int64_t N, int64_t b0, int64_t b1,
                  int64_t pf) {
-  constexpr int B = R <= 2 ? 4 : R <= 6 ? 2 : 1;
-  int64_t b = b0;
-  for (; b + B <= b1; b += B) tile<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
-  for (; b < b1; ++b) tile<R, 1>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  if constexpr (R >= 7) {
+    for (int64_t b = b0; b < b1; ++b) micro<V, R, at::Half>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  } else {
+    over_blocks<V, R, R <= 2 ? 4 : 2, at::Half>(X, K, P, Y, N, b0, b1, pf);
+  }
 }
 
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
-  auto y = packed_output<Avx2>(x, p, prefetch, at::kHalf);
+  auto y = packed_output<V, at::Half>(x, p, prefetch);
   const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
   const float* X = x.data_ptr<float>();
   const at::Half* P = p.data_ptr<at::Half>();

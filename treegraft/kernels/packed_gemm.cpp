@@ -17,7 +17,8 @@
 // Every output element is the same sequential FMA chain over k whatever M is, so a row's result does
 // not depend on the batch it was computed in. Threads split the blocks (ATen's intra-op pool; the extension is
 // built with -fopenmp, without which at::parallel_for runs serially here: threads_used() says which it is).
-// pack() and micro() are written once for both packed kernels, over the vector width (packed_micro.h).
+// pack(), micro() and tile() are written once for the packed kernels, over the vector width and the weights' type
+// (packed_micro.h).
 #include "packed_micro.h"
 #include <ATen/Parallel.h>
 #include <algorithm>
@@ -29,55 +30,19 @@ constexpr int64_t NB = V::NB;
 
 torch::Tensor pack(torch::Tensor w) { return pack_blocks<V>(w); }
 
-// R rows x B blocks side by side, k unrolled by two so that each block's stream is prefetched once per 64-byte line.
-// B blocks share each broadcast of x (with 5 or more rows, micro's single block needs one broadcast load per FMA,
-// and the two load ports, not the two FMA pipes, set the pace) and give B * R independent FMA chains. Each output
-// is still the same FMA chain over k.
-template <int R, int B>
-static inline void tile(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
-  V::reg acc[B][R];
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) acc[b][r] = V::zero();
-  const int64_t bs = K * NB;
-  auto step = [&](int64_t k) {
-    V::reg w[B];
-    for (int b = 0; b < B; ++b) w[b] = V::load(P + b * bs + k * NB);
-    for (int r = 0; r < R; ++r) {
-      const V::reg x = V::bcast(X + r * K + k);
-      for (int b = 0; b < B; ++b) acc[b][r] = V::fma(w[b], x, acc[b][r]);
-    }
-  };
-  int64_t k = 0;
-  for (; k + 2 <= K; k += 2) {
-    for (int b = 0; b < B; ++b) _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
-    step(k);
-    step(k + 1);
-  }
-  for (; k < K; ++k) step(k);
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
-}
-
-// R rows of x against blocks [b0, b1): B blocks a tile, the rest one block at a time. B * R independent
-// accumulators hide the FMA's latency (one row alone is one chain per block): 1-2 rows take 4 blocks, 3-4 rows 2
-// (few_rows: 1.3-1.7x faster at 1-4 rows than one block a pass), 5-6 rows 2 and 4 rows among more 3 (row_tile: 10-12
-// accumulators keep both FMA pipes busy; 4 rows x 3 blocks spill at 1-4 rows alone).
-template <int R, int B>
-static void over_blocks(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
-                        int64_t pf) {
-  int64_t b = b0;
-  for (; b + B <= b1; b += B) tile<R, B>(X, K, P + b * K * NB, Y + b * NB, N, pf);
-  for (; b < b1; ++b) tile<R, 1>(X, K, P + b * K * NB, Y + b * NB, N, pf);
-}
+// Which tile a row count takes (over_blocks, packed_micro.h): B * R independent accumulators hide the FMA's latency
+// (one row alone is one chain per block): 1-2 rows take 4 blocks, 3-4 rows 2 (few_rows: 1.3-1.7x faster at 1-4 rows
+// than one block a pass), 5-6 rows 2 and 4 rows among more 3 (row_tile: 10-12 accumulators keep both FMA pipes busy;
+// 4 rows x 3 blocks spill at 1-4 rows alone).
 template <int R>
 static void few_rows(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
                      int64_t pf) {
-  over_blocks<R, R <= 2 ? 4 : 2>(X, K, P, Y, N, b0, b1, pf);
+  over_blocks<V, R, R <= 2 ? 4 : 2>(X, K, P, Y, N, b0, b1, pf);
 }
 template <int R>
 static void row_tile(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t b0, int64_t b1,
                      int64_t pf) {
-  over_blocks<R, R >= 5 ? 2 : 3>(X, K, P, Y, N, b0, b1, pf);
+  over_blocks<V, R, R >= 5 ? 2 : 3>(X, K, P, Y, N, b0, b1, pf);
 }
 
 torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {

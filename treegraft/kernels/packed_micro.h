@@ -1,6 +1,8 @@
-// The part the packed kernels share (packed_gemm.cpp: AVX2, packed16_gemm.cpp: AVX-512; their fp16-weight
-// variants packed8h_gemm.cpp and packed16h_gemm.cpp use the packing and the checks): the packing and the
-// micro-kernel, written once over a vector type V (Avx2 or Avx512 below) so that each source compiles it for its ISA.
+// The part the packed kernels share (packed_gemm.cpp: AVX2, packed16_gemm.cpp: AVX-512, and their fp16-weight
+// variants packed8h_gemm.cpp and packed16h_gemm.cpp): the packing, the argument checks and the loops, written once
+// over a vector type V (Avx2 or Avx512 below) and the weights' element type W (float, or at::Half for the fp16
+// copies of a drafter's weights: V::load widens a block row to fp32, exactly), so that each source compiles them for
+// its ISA and every kernel runs the same fp32 FMA chain per output.
 //
 // W [N, K] is packed once at load into blocks of V::NB output rows laid out [N / NB, K, NB], so each block is one
 // contiguous stream. micro<V, R> keeps R rows of x in R vector accumulators and reads a block once per R rows;
@@ -10,12 +12,17 @@
 #pragma once
 #include <torch/extension.h>
 #include <immintrin.h>
+#include <ATen/Parallel.h>
+#include <type_traits>
 
 struct Avx2 {
   using reg = __m256;
   static constexpr int64_t NB = 8;  // output rows per packed block: one AVX2 vector
   static inline reg zero() { return _mm256_setzero_ps(); }
   static inline reg load(const float* p) { return _mm256_loadu_ps(p); }
+#ifdef __F16C__  // packed8h_gemm.cpp is built with -mf16c
+  static inline reg load(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#endif
   static inline reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static inline reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static inline void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
@@ -27,24 +34,29 @@ struct Avx512 {
   static constexpr int64_t NB = 16;  // output rows per packed block: one AVX-512 vector
   static inline reg zero() { return _mm512_setzero_ps(); }
   static inline reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static inline reg load(const at::Half* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static inline reg bcast(const float* p) { return _mm512_set1_ps(*p); }
   static inline reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static inline void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
 };
 #endif
 
-template <class V>
+// W [N, K] fp32 -> [N / NB, K, NB] of the weights' element type W (fp32, or fp16 copies of a drafter's weights).
+template <class V, class W = float>
 torch::Tensor pack_blocks(torch::Tensor w) {
   constexpr int64_t NB = V::NB;
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % NB == 0,
               "fp32 [N, K] with N a multiple of ", NB);
   const int64_t N = w.size(0), K = w.size(1);
-  return w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous();  // [N / NB, K, NB]
+  auto p = w.contiguous().view({N / NB, NB, K}).transpose(1, 2).contiguous();  // [N / NB, K, NB]
+  return std::is_same_v<W, float> ? p : p.to(at::kHalf);
 }
 
 // Y[r, 0:NB] = X[r, :] . block for r < R; X [R, K] (row stride K), P one block [K, NB], Y row stride N.
-template <class V, int R>
-static inline void micro(const float* X, int64_t K, const float* P, float* Y, int64_t N, int64_t pf) {
+template <class V, int R, class W = float>
+static inline void micro(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
   constexpr int64_t NB = V::NB;
   typename V::reg acc[R];
   for (int r = 0; r < R; ++r) acc[r] = V::zero();
@@ -56,15 +68,79 @@ static inline void micro(const float* X, int64_t K, const float* P, float* Y, in
   for (int r = 0; r < R; ++r) V::store(Y + r * N, acc[r]);
 }
 
-// The shared argument checks and output of packed_linear: x [M, K] fp32 contiguous, p [N / NB, K, NB] of `weights`
-// (fp32, or fp16 for the kernels that read fp16 copies of a drafter's weights).
-template <class V>
-torch::Tensor packed_output(torch::Tensor& x, const torch::Tensor& p, int64_t prefetch,
-                            at::ScalarType weights = at::kFloat) {
+// R rows x B blocks side by side, k unrolled by two so that each block's stream is prefetched once per two rows of
+// the block (a 64-byte line of fp32 AVX2 blocks). B blocks share each broadcast of x (with 5 or more rows, micro's
+// single block needs one broadcast load per FMA, and the two load ports, not the two FMA pipes, set the pace) and
+// give B * R independent FMA chains. Each output is still the same FMA chain over k.
+template <class V, int R, int B, class W = float>
+static inline void tile(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+  constexpr int64_t NB = V::NB;
+  typename V::reg acc[B][R];
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = V::zero();
+  const int64_t bs = K * NB;
+  auto step = [&](int64_t k) {
+    typename V::reg w[B];
+    for (int b = 0; b < B; ++b) w[b] = V::load(P + b * bs + k * NB);
+    for (int r = 0; r < R; ++r) {
+      const typename V::reg x = V::bcast(X + r * K + k);
+      for (int b = 0; b < B; ++b) acc[b][r] = V::fma(w[b], x, acc[b][r]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + 2 <= K; k += 2) {
+    for (int b = 0; b < B; ++b) _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
+    step(k);
+    step(k + 1);
+  }
+  for (; k < K; ++k) step(k);
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
+}
+
+// R rows of x against blocks [b0, b1) (P the first block of all, blocks K * NB apart): B blocks a tile, the rest one
+// block at a time.
+template <class V, int R, int B, class W = float>
+static void over_blocks(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t b0, int64_t b1,
+                        int64_t pf) {
+  constexpr int64_t NB = V::NB;
+  int64_t b = b0;
+  for (; b + B <= b1; b += B) tile<V, R, B, W>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+  for (; b < b1; ++b) tile<V, R, 1, W>(X, K, P + b * K * NB, Y + b * NB, N, pf);
+}
+
+// The shared argument checks and output of packed_linear: x [M, K] fp32 contiguous, p [N / NB, K, NB] of W.
+template <class V, class W = float>
+torch::Tensor packed_output(torch::Tensor& x, const torch::Tensor& p, int64_t prefetch) {
+  const auto weights = std::is_same_v<W, float> ? at::kFloat : at::kHalf;
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "fp32 [M, K]");
   x = x.contiguous();
   TORCH_CHECK(p.dim() == 3 && p.scalar_type() == weights && p.size(1) == x.size(1) && p.size(2) == V::NB,
               "packed ", weights, " weight [N / ", V::NB, ", K, ", V::NB, "]");
   TORCH_CHECK(prefetch >= 0, "prefetch distance >= 0");
   return torch::empty({x.size(0), p.size(0) * V::NB}, x.options());
+}
+
+// y = x . W^T by micro alone, each block read once per 16, 8, 4 or 1 rows of x: the AVX-512 kernels (packed16 on fp32
+// weights, packed16h on fp16 copies), where 16 zmm accumulators cover both the FMA's latency and 16 rows.
+template <class V, class W>
+torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
+  constexpr int64_t NB = V::NB;
+  torch::Tensor y = packed_output<V, W>(x, p, prefetch);
+  const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
+  const float* X = x.data_ptr<float>();
+  const W* P = reinterpret_cast<const W*>(p.data_ptr());
+  float* Y = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const W* pb = P + b * K * NB;
+      float* yb = Y + b * NB;
+      int64_t m = 0;
+      for (; m + 16 <= M; m += 16) micro<V, 16, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
+      for (; m + 8 <= M; m += 8) micro<V, 8, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
+      for (; m + 4 <= M; m += 4) micro<V, 4, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
+      for (; m < M; ++m) micro<V, 1, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
+    }
+  });
+  return y;
 }
