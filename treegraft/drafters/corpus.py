@@ -19,6 +19,7 @@ since the store never changes.
 """
 from __future__ import annotations
 
+import bisect
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +53,9 @@ class CorpusIndex:
         self.orders: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None]
         for n in range(1, self.n_max + 1):
             self.orders.append(self._build(flat, n))
+        # the keys as Python ints, searched with `bisect` (a look-up misses the memo for most new sequences, and
+        # np.searchsorted on a scalar costs ~4 us an order against ~0.7 us: docs/tuning.md)
+        self.key_lists: list[list[int]] = [[]] + [o[0].tolist() for o in self.orders[1:]]
         self.propose = lru_cache(maxsize=1 << 16)(self._propose)
 
     def _build(self, flat: np.ndarray, n: int):
@@ -100,17 +104,18 @@ class CorpusIndex:
         seen: set[int] = set()
         longest, scale = 0, 1.0
         for n in range(min(self.n_max, len(seq)), 0, -1):
-            keys, start, foll, count, total = self.orders[n]
+            keys = self.key_lists[n]
             key = self._key(seq[-n:])
-            g = int(np.searchsorted(keys, np.uint64(key)))
-            if g == keys.size or keys[g] != key:
+            g = bisect.bisect_left(keys, key)
+            if g == len(keys) or keys[g] != key:
                 continue
+            _, start, foll, count, total = self.orders[n]
             longest = longest or n
             tot = float(total[g])
-            for i in range(int(start[g]), int(start[g + 1])):
-                tok = int(foll[i])
+            lo, hi = start[g:g + 2].tolist()
+            for tok, c in zip(foll[lo:hi].tolist(), count[lo:hi].tolist()):
                 if tok not in seen:
-                    out.append((tok, scale * float(count[i]) / tot))
+                    out.append((tok, scale * c / tot))
                     seen.add(tok)
                     if len(out) == k:
                         return tuple(out), longest
