@@ -121,8 +121,36 @@ torch::Tensor packed_output(torch::Tensor& x, const torch::Tensor& p, int64_t pr
   return torch::empty({x.size(0), p.size(0) * V::NB}, x.options());
 }
 
-// y = x . W^T by micro alone, each block read once per 16, 8, 4 or 1 rows of x: the AVX-512 kernels (packed16 on fp32
-// weights, packed16h on fp16 copies), where 16 zmm accumulators cover both the FMA's latency and 16 rows.
+// micro<V, R> for a run-time R in 1..16: one pass over the block for all R rows.
+template <class V, class W>
+static inline void micro_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+  switch (rows) {
+    case 16: micro<V, 16, W>(X, K, P, Y, N, pf); break;
+    case 15: micro<V, 15, W>(X, K, P, Y, N, pf); break;
+    case 14: micro<V, 14, W>(X, K, P, Y, N, pf); break;
+    case 13: micro<V, 13, W>(X, K, P, Y, N, pf); break;
+    case 12: micro<V, 12, W>(X, K, P, Y, N, pf); break;
+    case 11: micro<V, 11, W>(X, K, P, Y, N, pf); break;
+    case 10: micro<V, 10, W>(X, K, P, Y, N, pf); break;
+    case 9: micro<V, 9, W>(X, K, P, Y, N, pf); break;
+    case 8: micro<V, 8, W>(X, K, P, Y, N, pf); break;
+    case 7: micro<V, 7, W>(X, K, P, Y, N, pf); break;
+    case 6: micro<V, 6, W>(X, K, P, Y, N, pf); break;
+    case 5: micro<V, 5, W>(X, K, P, Y, N, pf); break;
+    case 4: micro<V, 4, W>(X, K, P, Y, N, pf); break;
+    case 3: micro<V, 3, W>(X, K, P, Y, N, pf); break;
+    case 2: micro<V, 2, W>(X, K, P, Y, N, pf); break;
+    default: micro<V, 1, W>(X, K, P, Y, N, pf); break;
+  }
+}
+
+// y = x . W^T by micro alone, each block read once per 16 rows of x and once for the rest (1-15 rows, one pass):
+// the AVX-512 kernels (packed16 on fp32 weights, packed16h on fp16 copies), where 16 zmm accumulators cover both
+// the FMA's latency and 16 rows. Until 2026-12-05 the rest ran as passes of 8, 4 and 1 rows, so 7 rows read each
+// block three times, two of them one latency-bound FMA chain: on a 2-core Intel Xeon with AVX-512 (fp32, a
+// 1,536 x 576 layer streamed from memory) 5-7 rows took 0.19-0.25 ms against 0.17 at 8 and 13-15 rows 0.24-0.31
+// against 0.19 at 16; one pass takes 0.16 and 0.19 (docs/tuning.md). Passes as even as possible (20 = 10 + 10)
+// were 7-10% slower than 16 + 4 at 20-24 rows.
 template <class V, class W>
 torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
   constexpr int64_t NB = V::NB;
@@ -137,9 +165,7 @@ torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
       float* yb = Y + b * NB;
       int64_t m = 0;
       for (; m + 16 <= M; m += 16) micro<V, 16, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
-      for (; m + 8 <= M; m += 8) micro<V, 8, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
-      for (; m + 4 <= M; m += 4) micro<V, 4, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
-      for (; m < M; ++m) micro<V, 1, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
+      if (m < M) micro_rows<V, W>(M - m, X + m * K, K, pb, yb + m * N, N, prefetch);
     }
   });
   return y;
