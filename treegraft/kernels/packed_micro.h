@@ -68,6 +68,31 @@ static inline void micro(const float* X, int64_t K, const W* P, float* Y, int64_
   for (int r = 0; r < R; ++r) V::store(Y + r * N, acc[r]);
 }
 
+// micro over B blocks side by side: each broadcast of x feeds B FMAs, so a k step loads B + R vectors for B * R
+// FMAs instead of 1 + R for R (with R rows and one block the loads, not the FMAs, set the pace). Each block's
+// stream is prefetched every k (an AVX-512 block row is one 64-byte line). Each output is the same FMA chain.
+template <class V, int R, int B, class W = float>
+static inline void wide(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+  constexpr int64_t NB = V::NB;
+  typename V::reg acc[B][R];
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = V::zero();
+  const int64_t bs = K * NB;
+  for (int64_t k = 0; k < K; ++k) {
+    typename V::reg w[B];
+    for (int b = 0; b < B; ++b) {
+      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
+      w[b] = V::load(P + b * bs + k * NB);
+    }
+    for (int r = 0; r < R; ++r) {
+      const typename V::reg x = V::bcast(X + r * K + k);
+      for (int b = 0; b < B; ++b) acc[b][r] = V::fma(w[b], x, acc[b][r]);
+    }
+  }
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
+}
+
 // R rows x B blocks side by side, k unrolled by two so that each block's stream is prefetched once per two rows of
 // the block (a 64-byte line of fp32 AVX2 blocks). B blocks share each broadcast of x (with 5 or more rows, micro's
 // single block needs one broadcast load per FMA, and the two load ports, not the two FMA pipes, set the pace) and
@@ -144,13 +169,34 @@ static inline void micro_rows(int64_t rows, const float* X, int64_t K, const W* 
   }
 }
 
-// y = x . W^T by micro alone, each block read once per 16 rows of x and once for the rest (1-15 rows, one pass):
-// the AVX-512 kernels (packed16 on fp32 weights, packed16h on fp16 copies), where 16 zmm accumulators cover both
-// the FMA's latency and 16 rows. Until 2026-12-05 the rest ran as passes of 8, 4 and 1 rows, so 7 rows read each
-// block three times, two of them one latency-bound FMA chain: on a 2-core Intel Xeon with AVX-512 (fp32, a
-// 1,536 x 576 layer streamed from memory) 5-7 rows took 0.19-0.25 ms against 0.17 at 8 and 13-15 rows 0.24-0.31
-// against 0.19 at 16; one pass takes 0.16 and 0.19 (docs/tuning.md). Passes as even as possible (20 = 10 + 10)
-// were 7-10% slower than 16 + 4 at 20-24 rows.
+// wide<V, R, B> for a run-time R in 1..12 (two blocks x 12 rows: 24 accumulators + 2 weights + x of 32 zmm).
+template <class V, int B, class W>
+static inline void wide_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+  switch (rows) {
+    case 12: wide<V, 12, B, W>(X, K, P, Y, N, pf); break;
+    case 11: wide<V, 11, B, W>(X, K, P, Y, N, pf); break;
+    case 10: wide<V, 10, B, W>(X, K, P, Y, N, pf); break;
+    case 9: wide<V, 9, B, W>(X, K, P, Y, N, pf); break;
+    case 8: wide<V, 8, B, W>(X, K, P, Y, N, pf); break;
+    case 7: wide<V, 7, B, W>(X, K, P, Y, N, pf); break;
+    case 6: wide<V, 6, B, W>(X, K, P, Y, N, pf); break;
+    case 5: wide<V, 5, B, W>(X, K, P, Y, N, pf); break;
+    case 4: wide<V, 4, B, W>(X, K, P, Y, N, pf); break;
+    case 3: wide<V, 3, B, W>(X, K, P, Y, N, pf); break;
+    case 2: wide<V, 2, B, W>(X, K, P, Y, N, pf); break;
+    default: wide<V, 1, B, W>(X, K, P, Y, N, pf); break;
+  }
+}
+
+// y = x . W^T: the AVX-512 kernels (packed16 on fp32 weights, packed16h on fp16 copies). Up to 64 rows (every batch
+// of a verification or a drafter's call): pairs of blocks, each broadcast of x feeding both (`wide<R, 2>`), the rows
+// in passes of at most 12 as even as possible (the first from memory, the others from L2). Longer batches (a
+// prompt's prefill): one block at a time, 16 rows a pass, the rest in one pass. On a 2-core Intel Xeon with
+// AVX-512 (fp32, a 1,536 x 576 layer streamed from memory, the old and new builds side by side in one process), against
+// one block at a time in passes of 16, 8, 4 and 1 rows (the loop until 2026-12-05): 1-12 rows 0.14-0.17 -> 0.12
+// ms (flat: the weight stream sets the pace), 16 rows 0.18 -> 0.17, 24 0.24 -> 0.20, 64 0.53 -> 0.44; 256 level.
+// One block and the rest in one pass (without pairs) had taken 5-7 rows from 0.19-0.25 to 0.16 ms; passes of
+// 16 + 4 beat 10 + 10 there, with one block (docs/tuning.md).
 template <class V, class W>
 torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
   constexpr int64_t NB = V::NB;
@@ -159,6 +205,22 @@ torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
   const float* X = x.data_ptr<float>();
   const W* P = reinterpret_cast<const W*>(p.data_ptr());
   float* Y = y.data_ptr<float>();
+  if (M <= 64) {  // pairs of blocks (an odd last block alone), the rows in passes of at most 12, as even as possible
+    const int64_t passes = (M + 11) / 12;
+    at::parallel_for(0, (blocks + 1) / 2, 2, [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        const W* pq = P + 2 * q * K * NB;
+        for (int64_t t = 0, m = 0; t < passes; ++t) {
+          const int64_t r = M / passes + (t < M % passes ? 1 : 0);
+          float* yq = Y + m * N + 2 * q * NB;
+          if (2 * q + 1 < blocks) wide_rows<V, 2, W>(r, X + m * K, K, pq, yq, N, prefetch);
+          else wide_rows<V, 1, W>(r, X + m * K, K, pq, yq, N, prefetch);
+          m += r;
+        }
+      }
+    });
+    return y;
+  }
   at::parallel_for(0, blocks, 4, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const W* pb = P + b * K * NB;
