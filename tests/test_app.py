@@ -35,7 +35,7 @@ def app_url():
 def submit_args(**over):
     args = dict(prompt=PROMPT, pair="default", method="fixed", schedule="1,0,1,0,1", no_eg=False, no_nd=False,
                 paper_scores=False, max_new=24, temperature=0.0, seed=0, depth=5, width=8, budget=8, adaptive=True, compare=True,
-                corpus=True, paper_pools=False, paper_scheduler=False)
+                corpus=True, paper_pools=False, paper_scheduler=False, depth_gate=False)
     args.update(over)
     return list(args.values())
 
@@ -176,3 +176,20 @@ def test_paper_pools_box_runs_the_ablation(app_url):
         path = trace if isinstance(trace, str) else (trace.get("path") or trace.get("value") or "")
         drafting = json.loads(Path(path).read_text())["settings"]["drafting"]
         assert (drafting["small_pool"], drafting["expand"]) == want
+
+
+def test_depth_gate_box_lets_rounds_take_fewer_than_d_steps(app_url):
+    """Ticked, the run's settings say depth_gate "yield", its first rounds take all D steps and none more; unticked,
+    every round takes D (the trace's steps)."""
+    from gradio_client import Client
+
+    client = Client(app_url, analytics_enabled=False, verbose=False)
+    for ticked, want in ((True, "yield"), (False, "off")):
+        final = client.predict(*submit_args(method="all-small", max_new=24, compare=False, depth=4, depth_gate=ticked),
+                               api_name="/generate")
+        trace = final[8]
+        path = trace if isinstance(trace, str) else (trace.get("path") or trace.get("value") or "")
+        run = json.loads(Path(path).read_text())
+        assert run["settings"]["drafting"]["depth_gate"] == want
+        steps = [len(r["steps"]) for r in run["round_traces"]]
+        assert steps[0] == 4 and max(steps) == 4 and (ticked or min(steps) == 4)

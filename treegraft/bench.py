@@ -40,7 +40,7 @@ class BenchMethod:
 KNOBS = {"d": "depth", "w": "width", "k": "top_k", "b": "budget", "span": "span_max", "n": "ngram_max",
          "cap": "verify_cost_cap", "scores": "scores", "lv": "mid_levels", "corpus": "corpus",
          "sp": "small_pool", "ex": "expand", "pf": "mid_prefill", "gate": "mid_gate", "mk": "mid_top_k",
-         "lead": "lead"}
+         "lead": "lead", "dg": "depth_gate"}
 
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
@@ -55,7 +55,8 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     n-gram drafter without the pair's corpus), :pf=off (the mid fed the prompt by its first call, not in the
     prefill), :gate=yield|off (treegraft's step 1 by the request's yield gate, scheduler/online.py), :mk=N (K of a
     mid step alone), :lead=nodes|path (which logits rows the verification batches with the root's,
-    prune.lead_rows). So one run can sweep the tree's shape side by side, e.g.
+    prune.lead_rows), :dg=yield|off (the depth gate: how many of the D steps a round takes, scheduler/depth.py).
+    So one run can sweep the tree's shape side by side, e.g.
     `all-small,all-small:d=3,all-small:w=4:k=2`.
     Values are validated as in models.yaml."""
     out = []
@@ -173,7 +174,7 @@ def add_speedups(rows: list[dict]) -> None:
 
 
 PER_ROUND_FIGURES = ("mean_accepted", "tokens_per_round", "draft_share", "verify_share", "mid_calls_per_round",
-                     "mid_call_rate_per_step", "sched_ms_per_step", "draft_ms_per_round", "verify_ms_per_round",
+                     "steps_per_round", "mid_call_rate_per_step", "sched_ms_per_step", "draft_ms_per_round", "verify_ms_per_round",
                      "other_ms_per_round", "overhead_share")
 
 
@@ -202,6 +203,7 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
             "draft_share": draft / wall,
             "verify_share": verify / wall,
             "mid_calls_per_round": mid_calls / max(1, sum(r["rounds"] for r in rs)),
+            "steps_per_round": sum(r["steps"] for r in rs) / max(1, sum(r["rounds"] for r in rs)),  # D, or the depth gate's
             "mid_call_rate_per_step": mid_calls / max(1, sum(r["steps"] for r in rs)),
             "sched_ms_per_step": 1000 * sum(r["sched_s"] for r in rs) / max(1, sum(r["steps"] for r in rs)),
             "mid_pool": pool,
@@ -274,15 +276,15 @@ def report(summary: dict, meta: dict) -> str:
              f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + kernel_table(meta)
     lines += ["",
               "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
-              "mid calls/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "mid calls/round | steps/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, cats in summary["overall"].items():
         s = cats["all"]
         ci = s["speedup_ci95"]
         lines.append(f"| {method} | {fmt(s['speedup'])}x | {f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'} | "
                      f"{fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
                      f"{fmt(s['tokens_per_s'], '.1f')} | {fmt(s['draft_share'])} | {fmt(s['verify_share'])} | "
-                     f"{fmt(s['mid_calls_per_round'])} | {fmt(s['sched_ms_per_step'], '.3f')} | "
+                     f"{fmt(s['mid_calls_per_round'])} | {fmt(s['steps_per_round'])} | {fmt(s['sched_ms_per_step'], '.3f')} | "
                      f"{fmt(s['mid_pool'], '.1f')} | {fmt(s['pool_over_nk'])} | {fmt(s['reselect_rate'])} | "
                      f"{fmt(s['exact_rate'])} |")
     cats = sorted({c for m in summary["per_category"].values() for c in m})

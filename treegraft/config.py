@@ -66,6 +66,10 @@ class DraftingConfig(_Strict):
         "nodes", description="with lazy logits and lead_rows: which kept nodes' logits rows the verification computes "
         "with the root's in one head call: 'nodes' = any, most likely first, while batching a row is cheaper than its "
         "expected lone call; 'path' = one path from the root (the likeliest child at each node)")
+    depth_gate: Literal["yield", "off"] = Field(
+        "off", description="how many of the D steps a round takes: 'yield' = the depth with the most tokens per ms by "
+        "this request's measured steps (what each step's nodes added to accepted paths against its draft and "
+        "verification ms; every few rounds all D, to keep measuring; scheduler/depth.py); 'off' = always D (the paper)")
     mid_budget: int | None = Field(None, ge=0, le=16, description="B0: at most this many mid calls per round "
                                                                   "for `treegraft` (None: no limit)")
     adaptive_budget: bool = Field(False, description="verify only the n <= B_ver nodes that pay for their "

@@ -23,6 +23,7 @@ from .drafters.cascade import Cascade
 from .methods import SCHEDULED, AllMid, MethodSpec, RoundOutcome, StepState, Stepwise, build_method
 from .models import LoadedPair
 from .profile import Profile
+from .scheduler.depth import DepthGate
 from .prompt_check import PromptError, check_length, check_special_only, check_text
 from .prune import Pruner, probe_sizes
 from .target import TargetModel
@@ -48,6 +49,7 @@ class Session:
     t_mid_ms: float = 0.0
     verify_growth: float = 0.0  # log T(8) / T(0) measured at load (the pruner's calibration)
     prompt_at_first_call: bool = False  # the mid is still to read the prompt, at its first call (not in the prefill)
+    depth_gate: DepthGate | None = None  # how many draft steps a round takes (None: D; scheduler/depth.py)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -218,6 +220,9 @@ class Engine:
         policy = s.plan.policy if isinstance(s.plan, Stepwise) else None
         if policy is not None and policy.observes:  # a policy that learns within the request (the yield gate)
             policy.observe(self.round_outcome(s, v))
+        if s.depth_gate is not None:
+            s.depth_gate.observe(v.tree, v.kept, v.acc.path, [1000 * st.draft_s for st in v.steps],
+                                 1000 * (v.draft_s + v.verify_s), self.verify_ms)
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
                               s.drafting.verify_cost_cap, round_ms=1000 * (v.draft_s + v.verify_s))
@@ -231,8 +236,12 @@ class Engine:
         return RoundOutcome(
             v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
             1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.pruner.token_row_ms(),
-            self.pruner.verify_cost if self.pruner.verify_cost else lambda n: np.zeros(len(n)),
+            self.verify_ms,
             lambda tree, nodes: self.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap))
+
+    def verify_ms(self, n: np.ndarray) -> np.ndarray:
+        """T(n) [m] for n [m] verified non-root nodes, as the cut prices it (zeros before a calibration)."""
+        return self.pruner.verify_cost(n) if self.pruner.verify_cost else np.zeros(len(n))
 
     def commit(self, s: Session, tree: DraftTree, acc: Acceptance) -> list[int]:
         """Commit the accepted path + the bonus token; both caches keep exactly prefix + path."""
@@ -248,12 +257,12 @@ class Engine:
         is learned or committed (the pruner, the timing means, the n-gram index and both caches are as before),
         so every trial of a collected round starts from the same state. Scheduler data collection records
         its steps, A (`acc.accepted_tokens`), t_D (`draft_s`), t_V (`verify_s`) and the verified count."""
-        saved, mid_state, unfed = s.plan, self.mid.snapshot(), s.prompt_at_first_call
-        s.plan = saved.with_policy(policy)
+        saved, mid_state, unfed, gate = s.plan, self.mid.snapshot(), s.prompt_at_first_call, s.depth_gate
+        s.plan, s.depth_gate = saved.with_policy(policy), None  # a trial takes all D steps
         try:
             v = self.draft_and_verify(s)  # no active profile: a trial is not a round
         finally:
-            s.plan, s.prompt_at_first_call = saved, unfed
+            s.plan, s.prompt_at_first_call, s.depth_gate = saved, unfed, gate
             self.target.rollback()
             self.mid.rollback(mid_state)
         return v
@@ -338,6 +347,8 @@ class Engine:
                 self.pruner.calibrate(self.target, s.committed, drafting.budget, drafting.verify_cost_cap,
                                       threads=thread_candidates(self.device))
             s.verify_growth = self.pruner.verify_cost.growth()
+            if drafting.depth_gate == "yield" and isinstance(plan, Stepwise):
+                s.depth_gate = DepthGate(drafting.depth)
         self.target.start(s.committed)
         self.mid.start(self.target.features)
         if plan is not None and plan.calls_mid and drafting.mid_prefill:

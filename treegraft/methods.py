@@ -206,7 +206,8 @@ class Stepwise:
         steps, actions = [], []
         self.policy.start_round()
         watch = Stopwatch(s.device)
-        for k in range(1, s.drafting.depth + 1):
+        depth = s.depth_gate.steps() if s.depth_gate is not None else s.drafting.depth  # the depth gate's, or D
+        for k in range(1, depth + 1):
             decision = decide(self.policy, s.step_state(tree, k, actions))
             sched_s = watch.lap()
             if decision.action == MID and s.prompt_at_first_call:

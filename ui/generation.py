@@ -57,6 +57,7 @@ class RunRequest:
     corpus: bool = True  # the n-gram drafter also reads the pair's corpus (drafters/corpus.py)
     paper_pools: bool = False  # SPEC 2.1's pools: small_pool "paper" and expand "all" (the pair's own otherwise)
     paper_scheduler: bool = False  # treegraft: the learned scheduler at every step (mid_gate "off"), not the yield gate
+    depth_gate: bool = False  # a round takes the steps that pay in this request (depth_gate "yield"), not always D
 
     @classmethod
     def of(cls, values) -> "RunRequest":
@@ -103,6 +104,7 @@ def prepare(runtime: Runtime, statuses, r: RunRequest, progress):
                                   schedule=sched, adaptive_budget=bool(r.adaptive),
                                   scores="paper" if r.paper_scores else "calibrated", corpus=bool(r.corpus),
                                   mid_gate="off" if r.paper_scheduler else "yield",
+                                  depth_gate="yield" if r.depth_gate else "off",
                                   **(PAPER_POOLS if r.paper_pools else {}))
         gen = with_overrides(cfg.generation, max_new_tokens=int(r.max_new), temperature=float(r.temperature))
         spec = MethodSpec(r.method, eg=not r.no_eg, nd=not r.no_nd)

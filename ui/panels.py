@@ -46,13 +46,14 @@ class Controls:
     corpus: gr.Checkbox
     paper_pools: gr.Checkbox
     paper_scheduler: gr.Checkbox
+    depth_gate: gr.Checkbox
     go_btn: gr.Button
     stop_btn: gr.Button
 
     def inputs(self) -> list:
         return [self.prompt, self.pair, self.method, self.schedule, self.no_eg, self.no_nd, self.paper_scores,
                 self.max_new, self.temperature, self.seed, self.depth, self.width, self.budget, self.adaptive,
-                self.compare, self.corpus, self.paper_pools, self.paper_scheduler]
+                self.compare, self.corpus, self.paper_pools, self.paper_scheduler, self.depth_gate]
 
     @classmethod
     def place(cls, examples: list[str], pair_choices, default_pair: str, drafting) -> "Controls":
@@ -74,6 +75,9 @@ class Controls:
         seed = gr.Number(value=0, precision=0, label="Seed")
         with gr.Accordion("Tree settings", open=False):
             depth = gr.Slider(1, 8, value=drafting.depth, step=1, label="D: draft steps per round")
+            depth_gate = gr.Checkbox(value=drafting.depth_gate == "yield", elem_id="depth-gate",
+                                     label="Depth gate: a round takes only the steps (of D) whose nodes have paid for "
+                                           "their time in this request, and all D every few rounds")
             width = gr.Slider(1, 16, value=drafting.width, step=1, label="W: frontier width")
             budget = gr.Slider(1, 127, value=drafting.budget, step=1, label="B_ver: nodes verified per round")
             adaptive = gr.Checkbox(value=drafting.adaptive_budget,
@@ -92,7 +96,8 @@ class Controls:
             go_btn = gr.Button("Generate", variant="primary", elem_id="generate")
             stop_btn = gr.Button("Stop", elem_id="stop")
         return cls(prompt, pair, method, schedule, no_eg, no_nd, paper_scores, max_new, temperature, seed, depth,
-                   width, budget, adaptive, compare, corpus, paper_pools, paper_scheduler, go_btn, stop_btn)
+                   width, budget, adaptive, compare, corpus, paper_pools, paper_scheduler, depth_gate, go_btn,
+                   stop_btn)
 
 
 @dataclass

@@ -1,0 +1,88 @@
+"""The depth gate: how many of the D draft steps a round takes in THIS request (`DraftingConfig.depth_gate = "yield"`).
+
+A draft step pays when the tokens its nodes add to the accepted path are worth more than the step costs: its
+drafting time and the verification of the nodes it adds. On a 2-core Zen 2 in fp32 (12 bench prompts, docs/tuning.md)
+all-small's steps 1-5 cost 0.30 / 0.58 / 0.42 / 0.33 / 0.26 ms a round and its accepted paths took 1.228 / 0.125 /
+0.010 / 0.006 / 0.000 tokens a round from the nodes each step added: steps 3-5 cost ~1 ms a round for ~0.02 tokens.
+How deep pays is a property of the host (a step's ms against a token's) and of the request (a summary that copies
+its source extends its spans step after step), so a fixed D is one machine's answer; the gate measures it.
+
+Per step k, over the request's rounds that took step k (decayed means, so the estimates follow the request):
+- m_k: the accepted path's nodes added at step k (a node's step is never below its parent's, so the path's first
+  nodes up to step d are what a round of d steps could have accepted; the bonus token comes either way);
+- c_k: step k's cost, its draft ms plus T(n) - T(n - n_k) for the n_k of its nodes the cut verified;
+and b, a round's ms less its steps' costs. A round takes d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k)
+steps, the depth with the most tokens per ms. The first `MIN_ROUNDS` rounds take all D, so that every step is
+measured; after that every `EXPLORE`-th round takes one step more than d*, so the next step's means stay measured
+(a deeper step that starts to pay is found one step per exploration; exploring all D instead cost ~1 ms a round
+in ~30% of a 64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a
+deeper one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MIN_ROUNDS = 2  # rounds of all D steps before the gate decides
+EXPLORE = 4  # after that, every EXPLORE-th round takes one step more than the best depth
+DECAY = 0.8  # per observation: a step's means read about its last five rounds
+
+
+class DepthGate:
+    """Decayed per-step means of a request's rounds (module docstring)."""
+
+    def __init__(self, depth: int):
+        self.depth = depth  # D
+        self.rounds = 0
+        self.w = np.zeros(depth + 1)  # [D + 1] decayed observation weights, by step (index 0 unused)
+        self.tokens = np.zeros(depth + 1)  # [D + 1] decayed sums of m_k
+        self.ms = np.zeros(depth + 1)  # [D + 1] decayed sums of c_k
+        self.base_w = self.base_ms = 0.0  # decayed sums of b
+        self.last = depth  # the depth of the round in progress
+
+    def steps(self) -> int:
+        """The number of draft steps the next round takes."""
+        if self.rounds < MIN_ROUNDS:
+            self.last = self.depth
+        else:
+            explore = (self.rounds - MIN_ROUNDS) % EXPLORE == EXPLORE - 1
+            self.last = min(self.depth, self.best() + explore)
+        return self.last
+
+    def best(self) -> int:
+        """d* = argmax_d tokens per ms of a round of d steps, on the measured means (D where a step is unmeasured)."""
+        if self.base_w == 0.0 or not (self.w[1:] > 0).all():
+            return self.depth
+        m = self.tokens[1:] / self.w[1:]  # [D]
+        c = self.ms[1:] / self.w[1:]  # [D]
+        rate = (1.0 + np.cumsum(m)) / (self.base_ms / self.base_w + np.cumsum(c))  # [D], by d = 1..D
+        return int(np.argmax(rate)) + 1  # the shallowest of equal rates
+
+    def expected(self) -> dict | None:
+        """What the gate reads, for traces and reports: {m_k}, {c_k} (ms) and b (ms); None before any round."""
+        if self.base_w == 0.0:
+            return None
+        seen = np.flatnonzero(self.w > 0)
+        return {"tokens": {int(k): float(self.tokens[k] / self.w[k]) for k in seen},
+                "ms": {int(k): float(self.ms[k] / self.w[k]) for k in seen},
+                "base_ms": self.base_ms / self.base_w}
+
+    def observe(self, tree, kept: np.ndarray, path: list[int], step_ms: list[float], round_ms: float,
+                verify_ms) -> None:
+        """Learn from a verified round: its tree, the verified non-root nodes `kept` [n], the accepted `path` (root
+        first), each step's draft ms (step k at k - 1) and the round's ms; `verify_ms(n [m]) -> [m]` is T(n)."""
+        self.rounds += 1
+        taken = len(step_ms)
+        on_path = np.bincount(tree.step[np.asarray(path[1:], dtype=np.int64)], minlength=taken + 1)  # [>= taken + 1]
+        per_step = np.bincount(tree.step[np.asarray(kept, dtype=np.int64)], minlength=taken + 1)  # [>= taken + 1]
+        n = len(kept)
+        t_all = float(verify_ms(np.array([n]))[0]) if n else 0.0
+        spent = 0.0
+        for k in range(1, taken + 1):
+            verify = t_all - float(verify_ms(np.array([n - per_step[k]]))[0]) if per_step[k] else 0.0
+            cost = step_ms[k - 1] + max(verify, 0.0)
+            spent += cost
+            self.w[k] = DECAY * self.w[k] + 1.0
+            self.tokens[k] = DECAY * self.tokens[k] + float(on_path[k])
+            self.ms[k] = DECAY * self.ms[k] + cost
+        self.base_w = DECAY * self.base_w + 1.0
+        self.base_ms = DECAY * self.base_ms + max(round_ms - spent, 1e-3)
