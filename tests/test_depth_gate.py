@@ -53,6 +53,18 @@ def test_the_gate_picks_the_depth_with_the_most_tokens_per_ms():
     assert dear.best() == 2
 
 
+def test_rounds_are_measured_apart_by_who_took_step_one():
+    """After a head call at step 1 the n-gram drafter's nodes come at step 2; without it, at step 1."""
+    g = DepthGate(3)
+    t, nodes = chain([1, 2, 3])
+    for _ in range(MIN_ROUNDS):
+        g.observe(t, np.array(nodes), [0] + nodes[:2], [2.0, 0.5, 0.5], round_ms=30.0, verify_ms=lambda n: 0 * n,
+                  first="mid")  # step 2's node accepted
+        g.observe(t, np.array(nodes), [0] + nodes[:1], [0.5, 0.5, 0.5], round_ms=30.0, verify_ms=lambda n: 0 * n,
+                  first="small")  # only step 1's
+    assert g.best("mid") == 2 and g.best("small") == 1
+
+
 def test_all_steps_first_then_the_best_depth_with_every_explore_th_round_one_step_deeper():
     g = DepthGate(5)
     t, nodes = chain([1, 2, 3, 4, 5])
@@ -109,8 +121,24 @@ def test_the_gate_is_off_unless_asked_and_trial_rounds_take_every_step(tiny_head
     s = engine.start(ids, MethodSpec("all-small"), DraftingConfig(depth=3, width=3, top_k=2, budget=8,
                                                                     depth_gate="yield"), gen)
     assert isinstance(s.depth_gate, DepthGate)
-    s.depth_gate.rounds, s.depth_gate.last = 99, 1
-    s.depth_gate.best = lambda: 1  # a gate that would take one step
+    means = s.depth_gate.of("small")
+    means.rounds, means.best = 99, lambda: 1  # a gate that would take one step
     from treegraft.methods import AllSmall
 
     assert len(engine.trial_round(s, AllSmall()).steps) == 3
+
+
+def test_the_gate_is_switched_per_method_and_per_generation():
+    from treegraft.bench import parse_methods
+    from treegraft.cli import build_parser
+    from treegraft.config import ConfigError, load_pair
+    from treegraft.generate_cli import settings_from_args
+
+    pair = load_pair("default")
+    gates = {m.label: m.drafting.depth_gate for m in parse_methods("all-small:dg=yield,all-small:dg=off", pair.drafting)}
+    assert gates["all-small:dg=yield"] == "yield" and gates["all-small:dg=off"] == "off"
+    with pytest.raises(ConfigError, match="depth_gate"):
+        parse_methods("all-small:dg=sometimes", pair.drafting)
+    for flag, want in ((["--depth-gate", "off"], "off"), (["--depth-gate", "yield"], "yield")):
+        args = build_parser().parse_args(["generate", "--prompt", "x", *flag])
+        assert settings_from_args(pair, args)[0].depth_gate == want

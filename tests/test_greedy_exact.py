@@ -17,14 +17,16 @@ GEN = GenerationConfig(max_new_tokens=64)
 FAST_GEN = GenerationConfig(max_new_tokens=40)
 BASE = load_pair("default").drafting  # the pair's own settings (B_ver = 8, adaptive budget)
 VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget[, other drafting settings])
-    ("all-small", (1, 0, 1, 0, 1), True, True, BASE.budget, True),
+    ("all-small", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"depth_gate": "off"}),  # all D steps a round
+    ("all-small", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"depth_gate": "yield"}),  # the depth gate's steps
     ("all-mid", (1, 0, 1, 0, 1), True, True, BASE.budget, True),
     ("fixed", (1, 0, 1, 0, 1), True, True, BASE.budget, False),
     ("fixed", (0, 1, 1, 0, 0), True, True, 63, False),  # the paper's budget: big trees, all verified
     ("fixed", (1, 0, 1, 0, 1), False, True, BASE.budget, True),  # --no-eg
     ("fixed", (0, 0, 1, 0, 1), True, False, BASE.budget, True),  # --no-nd
     ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "off"}),  # the learned scheduler
-    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield"}),  # step 1 by the yield gate
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "off"}),  # step 1 by the yield gate
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "yield"}),  # and the depth gate
     ("oracle", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # value-model search at every step
     ("csd", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the sequence-level cascade
 ]

@@ -206,8 +206,10 @@ class Stepwise:
         steps, actions = [], []
         self.policy.start_round()
         watch = Stopwatch(s.device)
-        depth = s.depth_gate.steps() if s.depth_gate is not None else s.drafting.depth  # the depth gate's, or D
-        for k in range(1, depth + 1):
+        depth = s.drafting.depth  # D, or the depth gate's once step 1 is taken
+        for k in range(1, s.drafting.depth + 1):
+            if k > depth:
+                break
             decision = decide(self.policy, s.step_state(tree, k, actions))
             sched_s = watch.lap()
             if decision.action == MID and s.prompt_at_first_call:
@@ -219,6 +221,8 @@ class Stepwise:
             step.margin, step.features, step.decided_by = decision.margin, decision.features, decision.by
             actions.append(decision.action)
             steps.append(step)
+            if k == 1 and s.depth_gate is not None:
+                depth = s.depth_gate.steps(step.action)  # by who took step 1
         return steps
 
 

@@ -11,8 +11,10 @@ Per step k, over the request's rounds that took step k (decayed means, so the es
 - m_k: the accepted path's nodes added at step k (a node's step is never below its parent's, so the path's first
   nodes up to step d are what a round of d steps could have accepted; the bonus token comes either way);
 - c_k: step k's cost, its draft ms plus T(n) - T(n - n_k) for the n_k of its nodes the cut verified;
-and b, a round's ms less its steps' costs. A round takes d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k)
-steps, the depth with the most tokens per ms. The first `MIN_ROUNDS` rounds take all D, so that every step is
+and b, a round's ms less its steps' costs. (Charging each step a share of the round's other bookkeeping, the prune,
+the cut and the acceptance walk, by the nodes it added was tried: the gate then ended treegraft's rounds too early,
+0.997x of D = 5 against 1.022x without it; docs/tuning.md.) A round takes d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k)
+steps, the depth with the most tokens per ms (means kept apart by who took step 1: `DepthGate`). The first `MIN_ROUNDS` rounds take all D, so that every step is
 measured; after that every `EXPLORE`-th round takes one step more than d*, so the next step's means stay measured
 (a deeper step that starts to pay is found one step per exploration; exploring all D instead cost ~1 ms a round
 in ~30% of a 64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a
@@ -27,8 +29,8 @@ EXPLORE = 4  # after that, every EXPLORE-th round takes one step more than the b
 DECAY = 0.8  # per observation: a step's means read about its last five rounds
 
 
-class DepthGate:
-    """Decayed per-step means of a request's rounds (module docstring)."""
+class StepMeans:
+    """Decayed per-step means of a request's rounds of one kind (module docstring)."""
 
     def __init__(self, depth: int):
         self.depth = depth  # D
@@ -86,3 +88,31 @@ class DepthGate:
             self.ms[k] = DECAY * self.ms[k] + cost
         self.base_w = DECAY * self.base_w + 1.0
         self.base_ms = DECAY * self.base_ms + max(round_ms - spent, 1e-3)
+
+
+class DepthGate:
+    """The gate's means kept apart by who took step 1 ("small" or "mid"): in treegraft a round whose step 1 is a head
+    call has the n-gram drafter's first step at step 2, so its steps are not those of a round without the call; the
+    depth is chosen once step 1 is taken."""
+
+    def __init__(self, depth: int):
+        self.depth = depth  # D
+        self.by_first: dict[str, StepMeans] = {}
+
+    def of(self, first: str = "small") -> StepMeans:
+        return self.by_first.setdefault(first, StepMeans(self.depth))
+
+    def steps(self, first: str = "small") -> int:
+        """The number of draft steps this round takes, step 1 taken by `first`."""
+        return self.of(first).steps()
+
+    def best(self, first: str = "small") -> int:
+        return self.of(first).best()
+
+    def expected(self, first: str = "small") -> dict | None:
+        return self.of(first).expected()
+
+    def observe(self, tree, kept: np.ndarray, path: list[int], step_ms: list[float], round_ms: float, verify_ms,
+                first: str = "small") -> None:
+        self.of(first).observe(tree, kept, path, step_ms, round_ms, verify_ms)
+
