@@ -144,7 +144,8 @@ def test_a_drafters_overconfidence_learned_in_one_cell_moves_the_cells_not_yet_s
 
 @pytest.fixture
 def pair_drafting():
-    return load_pair("default").drafting.model_copy(update={"adaptive_budget": True})
+    # all D steps a round: the depth gate's choice follows measured ms, and these tests compare trees across runs
+    return load_pair("default").drafting.model_copy(update={"adaptive_budget": True, "depth_gate": "off"})
 
 
 @contextmanager
