@@ -68,36 +68,12 @@ static inline void micro(const float* X, int64_t K, const W* P, float* Y, int64_
   for (int r = 0; r < R; ++r) V::store(Y + r * N, acc[r]);
 }
 
-// micro over B blocks side by side: each broadcast of x feeds B FMAs, so a k step loads B + R vectors for B * R
-// FMAs instead of 1 + R for R (with R rows and one block the loads, not the FMAs, set the pace). Each block's
-// stream is prefetched every k (an AVX-512 block row is one 64-byte line). Each output is the same FMA chain.
-template <class V, int R, int B, class W = float>
-static inline void wide(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
-  constexpr int64_t NB = V::NB;
-  typename V::reg acc[B][R];
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) acc[b][r] = V::zero();
-  const int64_t bs = K * NB;
-  for (int64_t k = 0; k < K; ++k) {
-    typename V::reg w[B];
-    for (int b = 0; b < B; ++b) {
-      _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
-      w[b] = V::load(P + b * bs + k * NB);
-    }
-    for (int r = 0; r < R; ++r) {
-      const typename V::reg x = V::bcast(X + r * K + k);
-      for (int b = 0; b < B; ++b) acc[b][r] = V::fma(w[b], x, acc[b][r]);
-    }
-  }
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < R; ++r) V::store(Y + r * N + b * NB, acc[b][r]);
-}
-
-// R rows x B blocks side by side, k unrolled by two so that each block's stream is prefetched once per two rows of
-// the block (a 64-byte line of fp32 AVX2 blocks). B blocks share each broadcast of x (with 5 or more rows, micro's
-// single block needs one broadcast load per FMA, and the two load ports, not the two FMA pipes, set the pace) and
-// give B * R independent FMA chains. Each output is still the same FMA chain over k.
-template <class V, int R, int B, class W = float>
+// R rows x B blocks side by side, k unrolled by U so that each block's stream is prefetched once per U rows of the
+// block: U = 2 for fp32 AVX2 blocks (two rows a 64-byte line), U = 1 for AVX-512 ones (a row is a line). B blocks
+// share each broadcast of x (with 5 or more rows, micro's single block needs one broadcast load per FMA, and the
+// two load ports, not the two FMA pipes, set the pace: a k step loads B + R vectors for B * R FMAs) and give B * R
+// independent FMA chains. Each output is still the same FMA chain over k.
+template <class V, int R, int B, class W = float, int U = 2>
 static inline void tile(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
   constexpr int64_t NB = V::NB;
   typename V::reg acc[B][R];
@@ -113,10 +89,9 @@ static inline void tile(const float* X, int64_t K, const W* P, float* Y, int64_t
     }
   };
   int64_t k = 0;
-  for (; k + 2 <= K; k += 2) {
+  for (; k + U <= K; k += U) {
     for (int b = 0; b < B; ++b) _mm_prefetch(reinterpret_cast<const char*>(P + b * bs + k * NB + pf), _MM_HINT_T0);
-    step(k);
-    step(k + 1);
+    for (int u = 0; u < U; ++u) step(k + u);
   }
   for (; k < K; ++k) step(k);
   for (int b = 0; b < B; ++b)
@@ -169,27 +144,27 @@ static inline void micro_rows(int64_t rows, const float* X, int64_t K, const W* 
   }
 }
 
-// wide<V, R, B> for a run-time R in 1..12 (two blocks x 12 rows: 24 accumulators + 2 weights + x of 32 zmm).
+// tile<V, R, B, W, 1> for a run-time R in 1..12 (two blocks x 12 rows: 24 accumulators + 2 weights + x of 32 zmm).
 template <class V, int B, class W>
-static inline void wide_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+static inline void tile_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
   switch (rows) {
-    case 12: wide<V, 12, B, W>(X, K, P, Y, N, pf); break;
-    case 11: wide<V, 11, B, W>(X, K, P, Y, N, pf); break;
-    case 10: wide<V, 10, B, W>(X, K, P, Y, N, pf); break;
-    case 9: wide<V, 9, B, W>(X, K, P, Y, N, pf); break;
-    case 8: wide<V, 8, B, W>(X, K, P, Y, N, pf); break;
-    case 7: wide<V, 7, B, W>(X, K, P, Y, N, pf); break;
-    case 6: wide<V, 6, B, W>(X, K, P, Y, N, pf); break;
-    case 5: wide<V, 5, B, W>(X, K, P, Y, N, pf); break;
-    case 4: wide<V, 4, B, W>(X, K, P, Y, N, pf); break;
-    case 3: wide<V, 3, B, W>(X, K, P, Y, N, pf); break;
-    case 2: wide<V, 2, B, W>(X, K, P, Y, N, pf); break;
-    default: wide<V, 1, B, W>(X, K, P, Y, N, pf); break;
+    case 12: tile<V, 12, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 11: tile<V, 11, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 10: tile<V, 10, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 9: tile<V, 9, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 8: tile<V, 8, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 7: tile<V, 7, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 6: tile<V, 6, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 5: tile<V, 5, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 4: tile<V, 4, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 3: tile<V, 3, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 2: tile<V, 2, B, W, 1>(X, K, P, Y, N, pf); break;
+    default: tile<V, 1, B, W, 1>(X, K, P, Y, N, pf); break;
   }
 }
 
 // y = x . W^T: the AVX-512 kernels (packed16 on fp32 weights, packed16h on fp16 copies). Up to 64 rows (every batch
-// of a verification or a drafter's call): pairs of blocks, each broadcast of x feeding both (`wide<R, 2>`), the rows
+// of a verification or a drafter's call): pairs of blocks, each broadcast of x feeding both (`tile<R, 2>`), the rows
 // in passes of at most 12 as even as possible (the first from memory, the others from L2). Longer batches (a
 // prompt's prefill): one block at a time, 16 rows a pass, the rest in one pass. On a 2-core Intel Xeon with
 // AVX-512 (fp32, a 1,536 x 576 layer streamed from memory, the old and new builds side by side in one process), against
@@ -213,8 +188,8 @@ torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
         for (int64_t t = 0, m = 0; t < passes; ++t) {
           const int64_t r = M / passes + (t < M % passes ? 1 : 0);
           float* yq = Y + m * N + 2 * q * NB;
-          if (2 * q + 1 < blocks) wide_rows<V, 2, W>(r, X + m * K, K, pq, yq, N, prefetch);
-          else wide_rows<V, 1, W>(r, X + m * K, K, pq, yq, N, prefetch);
+          if (2 * q + 1 < blocks) tile_rows<V, 2, W>(r, X + m * K, K, pq, yq, N, prefetch);
+          else tile_rows<V, 1, W>(r, X + m * K, K, pq, yq, N, prefetch);
           m += r;
         }
       }
