@@ -29,8 +29,8 @@ def chain(steps: list[int]) -> tuple[DraftTree, list[int]]:
 def test_a_step_is_credited_with_its_accepted_nodes_and_charged_its_ms_and_verification():
     g = DepthGate(3)
     t, (a, b, c, d) = chain([1, 1, 2, 3])
-    g.observe(t, np.array([a, b, c, d]), [0, a, b, c], [1.0, 2.0, 4.0], round_ms=40.0, verify_ms=flat_cost)
-    e = g.expected()
+    g.of().observe(t, np.array([a, b, c, d]), [0, a, b, c], [1.0, 2.0, 4.0], round_ms=40.0, verify_ms=flat_cost)
+    e = g.of().expected()
     assert e["tokens"] == {1: 2.0, 2: 1.0, 3: 0.0}  # a, b from step 1, c from step 2; d (step 3) was not accepted
     assert e["ms"] == {1: 3.0, 2: 3.0, 3: 5.0}  # draft ms + T(4) - T(4 - its kept nodes): 1 + 2, 2 + 1, 4 + 1
     assert e["base_ms"] == pytest.approx(40.0 - 11.0)
@@ -40,17 +40,17 @@ def test_the_gate_picks_the_depth_with_the_most_tokens_per_ms():
     g = DepthGate(5)
     t, nodes = chain([1, 2, 3, 4, 5])
     for _ in range(MIN_ROUNDS):  # every round accepts steps 1-2's nodes only; each step costs 1 ms
-        g.observe(t, np.array(nodes), [0] + nodes[:2], [1.0] * 5, round_ms=30.0, verify_ms=lambda n: 0 * n)
-    assert g.best() == 2  # (1 + 2) / (25 + 2) beats (1 + 2) / (25 + 3) and (1 + 1) / (25 + 1)
+        g.of().observe(t, np.array(nodes), [0] + nodes[:2], [1.0] * 5, round_ms=30.0, verify_ms=lambda n: 0 * n)
+    assert g.of().best() == 2  # (1 + 2) / (25 + 2) beats (1 + 2) / (25 + 3) and (1 + 1) / (25 + 1)
     deep = DepthGate(5)
     for _ in range(MIN_ROUNDS):  # the whole chain accepted: every step pays for its 1 ms
-        deep.observe(t, np.array(nodes), [0] + nodes, [1.0] * 5, round_ms=30.0, verify_ms=lambda n: 0 * n)
-    assert deep.best() == 5
+        deep.of().observe(t, np.array(nodes), [0] + nodes, [1.0] * 5, round_ms=30.0, verify_ms=lambda n: 0 * n)
+    assert deep.of().best() == 5
     dear = DepthGate(5)
     for _ in range(MIN_ROUNDS):  # the same tokens, but step 3 costs 20 ms: its token does not pay for it
-        dear.observe(t, np.array(nodes), [0] + nodes[:3], [1.0, 1.0, 20.0, 1.0, 1.0], round_ms=48.0,
-                     verify_ms=lambda n: 0 * n)
-    assert dear.best() == 2
+        dear.of().observe(t, np.array(nodes), [0] + nodes[:3], [1.0, 1.0, 20.0, 1.0, 1.0], round_ms=48.0,
+                          verify_ms=lambda n: 0 * n)
+    assert dear.of().best() == 2
 
 
 def test_rounds_are_measured_apart_by_who_took_step_one():
@@ -58,11 +58,11 @@ def test_rounds_are_measured_apart_by_who_took_step_one():
     g = DepthGate(3)
     t, nodes = chain([1, 2, 3])
     for _ in range(MIN_ROUNDS):
-        g.observe(t, np.array(nodes), [0] + nodes[:2], [2.0, 0.5, 0.5], round_ms=30.0, verify_ms=lambda n: 0 * n,
-                  first="mid")  # step 2's node accepted
-        g.observe(t, np.array(nodes), [0] + nodes[:1], [0.5, 0.5, 0.5], round_ms=30.0, verify_ms=lambda n: 0 * n,
-                  first="small")  # only step 1's
-    assert g.best("mid") == 2 and g.best("small") == 1
+        g.of("mid").observe(t, np.array(nodes), [0] + nodes[:2], [2.0, 0.5, 0.5], round_ms=30.0,
+                            verify_ms=lambda n: 0 * n)  # step 2's node accepted
+        g.of("small").observe(t, np.array(nodes), [0] + nodes[:1], [0.5, 0.5, 0.5], round_ms=30.0,
+                              verify_ms=lambda n: 0 * n)  # only step 1's
+    assert g.of("mid").best() == 2 and g.of("small").best() == 1
 
 
 def test_all_steps_first_then_the_best_depth_with_every_explore_th_round_one_step_deeper():
@@ -70,9 +70,9 @@ def test_all_steps_first_then_the_best_depth_with_every_explore_th_round_one_ste
     t, nodes = chain([1, 2, 3, 4, 5])
     taken = []
     for _ in range(MIN_ROUNDS + 3 * EXPLORE):
-        d = g.steps()
+        d = g.of().steps()
         taken.append(d)
-        g.observe(t, np.array(nodes[:d]), [0] + nodes[:1], [1.0] * d, round_ms=30.0, verify_ms=flat_cost)
+        g.of().observe(t, np.array(nodes[:d]), [0] + nodes[:1], [1.0] * d, round_ms=30.0, verify_ms=flat_cost)
     assert taken[:MIN_ROUNDS] == [5] * MIN_ROUNDS
     later = taken[MIN_ROUNDS:]  # only step 1's node is ever accepted: one step, and two in the explorations
     assert [i for i, d in enumerate(later) if d == 2] == [EXPLORE - 1, 2 * EXPLORE - 1, 3 * EXPLORE - 1]
@@ -84,10 +84,10 @@ def test_a_deep_step_that_starts_to_pay_is_found_by_the_exploration():
     t, nodes = chain([1, 2, 3, 4])
     taken = []
     for r in range(MIN_ROUNDS + 5 * EXPLORE):
-        d = g.steps()
+        d = g.of().steps()
         taken.append(d)
         accepted = nodes[:1] if r < MIN_ROUNDS + EXPLORE else nodes[:d]  # later every step's node is accepted
-        g.observe(t, np.array(nodes[:d]), [0] + accepted, [1.0] * d, round_ms=30.0, verify_ms=flat_cost)
+        g.of().observe(t, np.array(nodes[:d]), [0] + accepted, [1.0] * d, round_ms=30.0, verify_ms=flat_cost)
     assert taken[MIN_ROUNDS] == 1 and taken[-1] == 4  # one step deeper per exploration
 
 
@@ -135,7 +135,8 @@ def test_the_gate_is_switched_per_method_and_per_generation():
     from treegraft.generate_cli import settings_from_args
 
     pair = load_pair("default")
-    gates = {m.label: m.drafting.depth_gate for m in parse_methods("all-small:dg=yield,all-small:dg=off", pair.drafting)}
+    methods = parse_methods("all-small:dg=yield,all-small:dg=off", pair.drafting)
+    gates = {m.label: m.drafting.depth_gate for m in methods}
     assert gates["all-small:dg=yield"] == "yield" and gates["all-small:dg=off"] == "off"
     with pytest.raises(ConfigError, match="depth_gate"):
         parse_methods("all-small:dg=sometimes", pair.drafting)

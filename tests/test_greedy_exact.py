@@ -25,8 +25,9 @@ VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget[, other drafti
     ("fixed", (1, 0, 1, 0, 1), False, True, BASE.budget, True),  # --no-eg
     ("fixed", (0, 0, 1, 0, 1), True, False, BASE.budget, True),  # --no-nd
     ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "off"}),  # the learned scheduler
-    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "off"}),  # step 1 by the yield gate
-    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "yield"}),  # and the depth gate
+    # step 1 by the yield gate, all D steps / the depth gate's
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "off"}),
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "yield"}),
     ("oracle", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # value-model search at every step
     ("csd", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the sequence-level cascade
 ]

@@ -174,8 +174,8 @@ def add_speedups(rows: list[dict]) -> None:
 
 
 PER_ROUND_FIGURES = ("mean_accepted", "tokens_per_round", "draft_share", "verify_share", "mid_calls_per_round",
-                     "steps_per_round", "mid_call_rate_per_step", "sched_ms_per_step", "draft_ms_per_round", "verify_ms_per_round",
-                     "other_ms_per_round", "overhead_share")
+                     "steps_per_round", "mid_call_rate_per_step", "sched_ms_per_step", "draft_ms_per_round",
+                     "verify_ms_per_round", "other_ms_per_round", "overhead_share")
 
 
 def summarise(rows: list[dict], key: str | None = None) -> dict:
@@ -203,7 +203,7 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
             "draft_share": draft / wall,
             "verify_share": verify / wall,
             "mid_calls_per_round": mid_calls / max(1, sum(r["rounds"] for r in rs)),
-            "steps_per_round": sum(r["steps"] for r in rs) / max(1, sum(r["rounds"] for r in rs)),  # D, or the depth gate's
+            "steps_per_round": sum(r["steps"] for r in rs) / max(1, sum(r["rounds"] for r in rs)),  # D, or the gate's
             "mid_call_rate_per_step": mid_calls / max(1, sum(r["steps"] for r in rs)),
             "sched_ms_per_step": 1000 * sum(r["sched_s"] for r in rs) / max(1, sum(r["steps"] for r in rs)),
             "mid_pool": pool,
@@ -284,7 +284,8 @@ def report(summary: dict, meta: dict) -> str:
         lines.append(f"| {method} | {fmt(s['speedup'])}x | {f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'} | "
                      f"{fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
                      f"{fmt(s['tokens_per_s'], '.1f')} | {fmt(s['draft_share'])} | {fmt(s['verify_share'])} | "
-                     f"{fmt(s['mid_calls_per_round'])} | {fmt(s['steps_per_round'])} | {fmt(s['sched_ms_per_step'], '.3f')} | "
+                     f"{fmt(s['mid_calls_per_round'])} | {fmt(s['steps_per_round'])} | "
+                     f"{fmt(s['sched_ms_per_step'], '.3f')} | "
                      f"{fmt(s['mid_pool'], '.1f')} | {fmt(s['pool_over_nk'])} | {fmt(s['reselect_rate'])} | "
                      f"{fmt(s['exact_rate'])} |")
     cats = sorted({c for m in summary["per_category"].values() for c in m})

@@ -140,13 +140,13 @@ def _extra_ops(key: str, name: str, source: Path, isa: list[str]):
 def packed16_ops():
     """The AVX-512 packed kernel's module (kernels/packed16_gemm.cpp: blocks of 16 output rows, up to 16 rows of x a
     pass, bit-equal to the AVX2 kernel), or None where the CPU lacks AVX-512 or the build fails."""
-    return _extra_ops("ops16", "treegraft_packed16_gemm_v13", SOURCE16, ["-mavx512f"])
+    return _extra_ops("ops16", "treegraft_packed16_gemm_v15", SOURCE16, ["-mavx512f"])
 
 
 def packed16h_ops():
     """The AVX-512 packed kernel on fp16 copies of the weights (kernels/packed16h_gemm.cpp; a drafter's path, see
     `half_weights`), or None where the CPU lacks AVX-512 or the build fails."""
-    return _extra_ops("ops16h", "treegraft_packed16h_gemm_v12", SOURCE16H, ["-mavx512f"])
+    return _extra_ops("ops16h", "treegraft_packed16h_gemm_v14", SOURCE16H, ["-mavx512f"])
 
 
 def packed8h_ops():

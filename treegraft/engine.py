@@ -221,8 +221,9 @@ class Engine:
         if policy is not None and policy.observes:  # a policy that learns within the request (the yield gate)
             policy.observe(self.round_outcome(s, v))
         if s.depth_gate is not None:
-            s.depth_gate.observe(v.tree, v.kept, v.acc.path, [1000 * st.draft_s for st in v.steps],
-                                 1000 * (v.draft_s + v.verify_s), self.verify_ms, first=v.steps[0].action)
+            step_ms = [1000 * st.draft_s for st in v.steps]
+            s.depth_gate.of(v.steps[0].action).observe(v.tree, v.kept, v.acc.path, step_ms,
+                                                       1000 * (v.draft_s + v.verify_s), self.verify_ms)
         if s.drafting.adaptive_budget:
             self.pruner.learn(v.tree, v.kept, v.acc.path, v.forward_ms, v.row_ms, s.drafting.budget,
                               s.drafting.verify_cost_cap, round_ms=1000 * (v.draft_s + v.verify_s))

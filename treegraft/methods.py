@@ -222,7 +222,7 @@ class Stepwise:
             actions.append(decision.action)
             steps.append(step)
             if k == 1 and s.depth_gate is not None:
-                depth = s.depth_gate.steps(step.action)  # by who took step 1
+                depth = s.depth_gate.of(step.action).steps()  # by who took step 1
         return steps
 
 

@@ -13,6 +13,7 @@
 #include <torch/extension.h>
 #include <immintrin.h>
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <type_traits>
 
 struct Avx2 {
@@ -121,45 +122,32 @@ torch::Tensor packed_output(torch::Tensor& x, const torch::Tensor& p, int64_t pr
   return torch::empty({x.size(0), p.size(0) * V::NB}, x.options());
 }
 
-// micro<V, R> for a run-time R in 1..16: one pass over the block for all R rows.
-template <class V, class W>
-static inline void micro_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
-  switch (rows) {
-    case 16: micro<V, 16, W>(X, K, P, Y, N, pf); break;
-    case 15: micro<V, 15, W>(X, K, P, Y, N, pf); break;
-    case 14: micro<V, 14, W>(X, K, P, Y, N, pf); break;
-    case 13: micro<V, 13, W>(X, K, P, Y, N, pf); break;
-    case 12: micro<V, 12, W>(X, K, P, Y, N, pf); break;
-    case 11: micro<V, 11, W>(X, K, P, Y, N, pf); break;
-    case 10: micro<V, 10, W>(X, K, P, Y, N, pf); break;
-    case 9: micro<V, 9, W>(X, K, P, Y, N, pf); break;
-    case 8: micro<V, 8, W>(X, K, P, Y, N, pf); break;
-    case 7: micro<V, 7, W>(X, K, P, Y, N, pf); break;
-    case 6: micro<V, 6, W>(X, K, P, Y, N, pf); break;
-    case 5: micro<V, 5, W>(X, K, P, Y, N, pf); break;
-    case 4: micro<V, 4, W>(X, K, P, Y, N, pf); break;
-    case 3: micro<V, 3, W>(X, K, P, Y, N, pf); break;
-    case 2: micro<V, 2, W>(X, K, P, Y, N, pf); break;
-    default: micro<V, 1, W>(X, K, P, Y, N, pf); break;
-  }
+// tile<V, R, B, W, 1> for a run-time R in 1..16: one pass over B blocks for all R rows. Two blocks take at most 12
+// rows (24 accumulators + 2 weights + x of the 32 zmm registers; callers never ask for more), one block 16.
+template <class V, int R, int B, class W>
+static inline void pass_of(const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+  if constexpr (B * R <= 24) tile<V, R, B, W, 1>(X, K, P, Y, N, pf);
 }
 
-// tile<V, R, B, W, 1> for a run-time R in 1..12 (two blocks x 12 rows: 24 accumulators + 2 weights + x of 32 zmm).
 template <class V, int B, class W>
-static inline void tile_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
+static inline void pass_rows(int64_t rows, const float* X, int64_t K, const W* P, float* Y, int64_t N, int64_t pf) {
   switch (rows) {
-    case 12: tile<V, 12, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 11: tile<V, 11, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 10: tile<V, 10, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 9: tile<V, 9, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 8: tile<V, 8, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 7: tile<V, 7, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 6: tile<V, 6, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 5: tile<V, 5, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 4: tile<V, 4, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 3: tile<V, 3, B, W, 1>(X, K, P, Y, N, pf); break;
-    case 2: tile<V, 2, B, W, 1>(X, K, P, Y, N, pf); break;
-    default: tile<V, 1, B, W, 1>(X, K, P, Y, N, pf); break;
+    case 16: pass_of<V, 16, B, W>(X, K, P, Y, N, pf); break;
+    case 15: pass_of<V, 15, B, W>(X, K, P, Y, N, pf); break;
+    case 14: pass_of<V, 14, B, W>(X, K, P, Y, N, pf); break;
+    case 13: pass_of<V, 13, B, W>(X, K, P, Y, N, pf); break;
+    case 12: pass_of<V, 12, B, W>(X, K, P, Y, N, pf); break;
+    case 11: pass_of<V, 11, B, W>(X, K, P, Y, N, pf); break;
+    case 10: pass_of<V, 10, B, W>(X, K, P, Y, N, pf); break;
+    case 9: pass_of<V, 9, B, W>(X, K, P, Y, N, pf); break;
+    case 8: pass_of<V, 8, B, W>(X, K, P, Y, N, pf); break;
+    case 7: pass_of<V, 7, B, W>(X, K, P, Y, N, pf); break;
+    case 6: pass_of<V, 6, B, W>(X, K, P, Y, N, pf); break;
+    case 5: pass_of<V, 5, B, W>(X, K, P, Y, N, pf); break;
+    case 4: pass_of<V, 4, B, W>(X, K, P, Y, N, pf); break;
+    case 3: pass_of<V, 3, B, W>(X, K, P, Y, N, pf); break;
+    case 2: pass_of<V, 2, B, W>(X, K, P, Y, N, pf); break;
+    default: pass_of<V, 1, B, W>(X, K, P, Y, N, pf); break;
   }
 }
 
@@ -188,8 +176,8 @@ torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
         for (int64_t t = 0, m = 0; t < passes; ++t) {
           const int64_t r = M / passes + (t < M % passes ? 1 : 0);
           float* yq = Y + m * N + 2 * q * NB;
-          if (2 * q + 1 < blocks) tile_rows<V, 2, W>(r, X + m * K, K, pq, yq, N, prefetch);
-          else tile_rows<V, 1, W>(r, X + m * K, K, pq, yq, N, prefetch);
+          if (2 * q + 1 < blocks) pass_rows<V, 2, W>(r, X + m * K, K, pq, yq, N, prefetch);
+          else pass_rows<V, 1, W>(r, X + m * K, K, pq, yq, N, prefetch);
           m += r;
         }
       }
@@ -200,9 +188,8 @@ torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
     for (int64_t b = b0; b < b1; ++b) {
       const W* pb = P + b * K * NB;
       float* yb = Y + b * NB;
-      int64_t m = 0;
-      for (; m + 16 <= M; m += 16) micro<V, 16, W>(X + m * K, K, pb, yb + m * N, N, prefetch);
-      if (m < M) micro_rows<V, W>(M - m, X + m * K, K, pb, yb + m * N, N, prefetch);
+      for (int64_t m = 0; m < M; m += 16)
+        pass_rows<V, 1, W>(std::min<int64_t>(16, M - m), X + m * K, K, pb, yb + m * N, N, prefetch);
     }
   });
   return y;

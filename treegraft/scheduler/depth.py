@@ -13,12 +13,12 @@ Per step k, over the request's rounds that took step k (decayed means, so the es
 - c_k: step k's cost, its draft ms plus T(n) - T(n - n_k) for the n_k of its nodes the cut verified;
 and b, a round's ms less its steps' costs. (Charging each step a share of the round's other bookkeeping, the prune,
 the cut and the acceptance walk, by the nodes it added was tried: the gate then ended treegraft's rounds too early,
-0.997x of D = 5 against 1.022x without it; docs/tuning.md.) A round takes d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k)
-steps, the depth with the most tokens per ms (means kept apart by who took step 1: `DepthGate`). The first `MIN_ROUNDS` rounds take all D, so that every step is
-measured; after that every `EXPLORE`-th round takes one step more than d*, so the next step's means stay measured
-(a deeper step that starts to pay is found one step per exploration; exploring all D instead cost ~1 ms a round
-in ~30% of a 64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a
-deeper one.
+0.997x of D = 5 against 1.022x without it; docs/tuning.md.) A round takes
+d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k) steps, the depth with the most tokens per ms (means kept
+apart by who took step 1: `DepthGate`). The first `MIN_ROUNDS` rounds take all D, so that every step is measured;
+after that every `EXPLORE`-th round takes one step more than d*, so the next step's means stay measured (a deeper
+step that starts to pay is found one step per exploration; exploring all D instead cost ~1 ms a round in ~30% of a
+64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a deeper one.
 """
 from __future__ import annotations
 
@@ -39,16 +39,13 @@ class StepMeans:
         self.tokens = np.zeros(depth + 1)  # [D + 1] decayed sums of m_k
         self.ms = np.zeros(depth + 1)  # [D + 1] decayed sums of c_k
         self.base_w = self.base_ms = 0.0  # decayed sums of b
-        self.last = depth  # the depth of the round in progress
 
     def steps(self) -> int:
         """The number of draft steps the next round takes."""
         if self.rounds < MIN_ROUNDS:
-            self.last = self.depth
-        else:
-            explore = (self.rounds - MIN_ROUNDS) % EXPLORE == EXPLORE - 1
-            self.last = min(self.depth, self.best() + explore)
-        return self.last
+            return self.depth
+        explore = (self.rounds - MIN_ROUNDS) % EXPLORE == EXPLORE - 1
+        return min(self.depth, self.best() + explore)
 
     def best(self) -> int:
         """d* = argmax_d tokens per ms of a round of d steps, on the measured means (D where a step is unmeasured)."""
@@ -60,7 +57,7 @@ class StepMeans:
         return int(np.argmax(rate)) + 1  # the shallowest of equal rates
 
     def expected(self) -> dict | None:
-        """What the gate reads, for traces and reports: {m_k}, {c_k} (ms) and b (ms); None before any round."""
+        """What the gate reads: {m_k}, {c_k} (ms) and b (ms); None before any round."""
         if self.base_w == 0.0:
             return None
         seen = np.flatnonzero(self.w > 0)
@@ -76,18 +73,15 @@ class StepMeans:
         taken = len(step_ms)
         on_path = np.bincount(tree.step[np.asarray(path[1:], dtype=np.int64)], minlength=taken + 1)  # [>= taken + 1]
         per_step = np.bincount(tree.step[np.asarray(kept, dtype=np.int64)], minlength=taken + 1)  # [>= taken + 1]
-        n = len(kept)
-        t_all = float(verify_ms(np.array([n]))[0]) if n else 0.0
-        spent = 0.0
-        for k in range(1, taken + 1):
-            verify = t_all - float(verify_ms(np.array([n - per_step[k]]))[0]) if per_step[k] else 0.0
-            cost = step_ms[k - 1] + max(verify, 0.0)
-            spent += cost
-            self.w[k] = DECAY * self.w[k] + 1.0
-            self.tokens[k] = DECAY * self.tokens[k] + float(on_path[k])
-            self.ms[k] = DECAY * self.ms[k] + cost
+        without = len(kept) - per_step[1:taken + 1]  # [taken] verified nodes had step k added none
+        t = verify_ms(np.concatenate([[len(kept)], without]))  # [taken + 1] T(n), then T(n - n_k) per step
+        cost = np.asarray(step_ms) + np.where(per_step[1:taken + 1] > 0, np.maximum(t[0] - t[1:], 0.0), 0.0)  # [taken]
+        steps = slice(1, taken + 1)
+        self.w[steps] = DECAY * self.w[steps] + 1.0
+        self.tokens[steps] = DECAY * self.tokens[steps] + on_path[steps]
+        self.ms[steps] = DECAY * self.ms[steps] + cost
         self.base_w = DECAY * self.base_w + 1.0
-        self.base_ms = DECAY * self.base_ms + max(round_ms - spent, 1e-3)
+        self.base_ms = DECAY * self.base_ms + max(round_ms - float(cost.sum()), 1e-3)
 
 
 class DepthGate:
@@ -100,19 +94,5 @@ class DepthGate:
         self.by_first: dict[str, StepMeans] = {}
 
     def of(self, first: str = "small") -> StepMeans:
+        """The means of the rounds whose step 1 `first` took (created at its first round)."""
         return self.by_first.setdefault(first, StepMeans(self.depth))
-
-    def steps(self, first: str = "small") -> int:
-        """The number of draft steps this round takes, step 1 taken by `first`."""
-        return self.of(first).steps()
-
-    def best(self, first: str = "small") -> int:
-        return self.of(first).best()
-
-    def expected(self, first: str = "small") -> dict | None:
-        return self.of(first).expected()
-
-    def observe(self, tree, kept: np.ndarray, path: list[int], step_ms: list[float], round_ms: float, verify_ms,
-                first: str = "small") -> None:
-        self.of(first).observe(tree, kept, path, step_ms, round_ms, verify_ms)
-
