@@ -65,6 +65,20 @@ def test_rounds_are_measured_apart_by_who_took_step_one():
     assert g.of("mid").best() == 2 and g.of("small").best() == 1
 
 
+def test_a_round_after_a_head_call_takes_the_n_gram_drafters_first_step_too():
+    """Where only the head's nodes are ever accepted, a head-first round still takes step 2 (the n-gram drafter's
+    first), so the call adds to the n-gram drafter's tree instead of replacing it; a small-first round takes 1."""
+    g = DepthGate(4)
+    t, nodes = chain([1, 2, 3, 4])
+    for _ in range(MIN_ROUNDS + EXPLORE):
+        for first in ("mid", "small"):
+            d = g.of(first).steps()
+            g.of(first).observe(t, np.array(nodes[:d]), [0] + nodes[:1], [1.0] * d, round_ms=30.0,
+                                verify_ms=flat_cost)
+    assert g.of("mid").best() == 2 and g.of("small").best() == 1
+    assert min(DepthGate(1).of("mid").steps(), DepthGate(1).of("mid").best()) == 1  # D = 1: the floor is D
+
+
 def test_all_steps_first_then_the_best_depth_with_every_explore_th_round_one_step_deeper():
     g = DepthGate(5)
     t, nodes = chain([1, 2, 3, 4, 5])

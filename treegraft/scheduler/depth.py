@@ -15,7 +15,13 @@ and b, a round's ms less its steps' costs. (Charging each step a share of the ro
 the cut and the acceptance walk, by the nodes it added was tried: the gate then ended treegraft's rounds too early,
 0.997x of D = 5 against 1.022x without it; docs/tuning.md.) A round takes
 d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k) steps, the depth with the most tokens per ms (means kept
-apart by who took step 1: `DepthGate`). The first `MIN_ROUNDS` rounds take all D, so that every step is measured;
+apart by who took step 1: `DepthGate`). A round whose step 1 is a head call takes at least 2 steps: its n-gram
+drafter's first step is step 2, so the call only adds to what the n-gram drafter finds (and the yield gate's
+counterfactual, what the n-gram drafter's nodes alone would have committed, has those nodes to read). Without that
+floor a request whose first call rounds accepted nothing learned d* = 1 for them and ran the head alone from then
+on: on a translation the n-gram drafter copies (unseen-translation-01, fp32, 2026-12-06), 11 rounds of head-only
+trees accepted 0.4 tokens a round where all-small's accepted 1-3, and the yield gate, comparing against an n-gram
+subtree that was never drafted, read every call as a gain. The first `MIN_ROUNDS` rounds take all D, so that every step is measured;
 after that every `EXPLORE`-th round takes one step more than d*, so the next step's means stay measured (a deeper
 step that starts to pay is found one step per exploration; exploring all D instead cost ~1 ms a round in ~30% of a
 64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a deeper one.
@@ -32,8 +38,9 @@ DECAY = 0.8  # per observation: a step's means read about its last five rounds
 class StepMeans:
     """Decayed per-step means of a request's rounds of one kind (module docstring)."""
 
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, least: int = 1):
         self.depth = depth  # D
+        self.least = min(least, depth)  # the fewest steps a round takes (2 after a head call at step 1)
         self.rounds = 0
         self.w = np.zeros(depth + 1)  # [D + 1] decayed observation weights, by step (index 0 unused)
         self.tokens = np.zeros(depth + 1)  # [D + 1] decayed sums of m_k
@@ -48,13 +55,14 @@ class StepMeans:
         return min(self.depth, self.best() + explore)
 
     def best(self) -> int:
-        """d* = argmax_d tokens per ms of a round of d steps, on the measured means (D where a step is unmeasured)."""
+        """d* = argmax_{d >= least} tokens per ms of a round of d steps, on the measured means (D where a step is
+        unmeasured)."""
         if self.base_w == 0.0 or not (self.w[1:] > 0).all():
             return self.depth
         m = self.tokens[1:] / self.w[1:]  # [D]
         c = self.ms[1:] / self.w[1:]  # [D]
         rate = (1.0 + np.cumsum(m)) / (self.base_ms / self.base_w + np.cumsum(c))  # [D], by d = 1..D
-        return int(np.argmax(rate)) + 1  # the shallowest of equal rates
+        return int(np.argmax(rate[self.least - 1:])) + self.least  # the shallowest of equal rates
 
     def expected(self) -> dict | None:
         """What the gate reads: {m_k}, {c_k} (ms) and b (ms); None before any round."""
@@ -86,8 +94,8 @@ class StepMeans:
 
 class DepthGate:
     """The gate's means kept apart by who took step 1 ("small" or "mid"): in treegraft a round whose step 1 is a head
-    call has the n-gram drafter's first step at step 2, so its steps are not those of a round without the call; the
-    depth is chosen once step 1 is taken."""
+    call has the n-gram drafter's first step at step 2, so its steps are not those of a round without the call, and
+    it takes at least that step (module docstring); the depth is chosen once step 1 is taken."""
 
     def __init__(self, depth: int):
         self.depth = depth  # D
@@ -95,4 +103,6 @@ class DepthGate:
 
     def of(self, first: str = "small") -> StepMeans:
         """The means of the rounds whose step 1 `first` took (created at its first round)."""
-        return self.by_first.setdefault(first, StepMeans(self.depth))
+        if first not in self.by_first:
+            self.by_first[first] = StepMeans(self.depth, least=2 if first == "mid" else 1)
+        return self.by_first[first]
