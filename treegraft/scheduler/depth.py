@@ -24,7 +24,8 @@ trees accepted 0.4 tokens a round where all-small's accepted 1-3, and the yield 
 subtree that was never drafted, read every call as a gain. The first `MIN_ROUNDS` rounds take all D, so that every
 step is measured; after that every `EXPLORE`-th round takes one step more than d*, so the next step's means stay
 measured (a deeper step that starts to pay is found one step per exploration; exploring all D instead cost ~1 ms a
-round in ~30% of a 64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a deeper one.
+round in ~30% of a 64-token request's rounds). Acceptance is untouched: a shallower tree is verified exactly like a
+deeper one.
 """
 from __future__ import annotations
 
