@@ -76,7 +76,12 @@ def test_a_round_after_a_head_call_takes_the_n_gram_drafters_first_step_too():
             g.of(first).observe(t, np.array(nodes[:d]), [0] + nodes[:1], [1.0] * d, round_ms=30.0,
                                 verify_ms=flat_cost)
     assert g.of("mid").best() == 2 and g.of("small").best() == 1
-    assert min(DepthGate(1).of("mid").steps(), DepthGate(1).of("mid").best()) == 1  # D = 1: the floor is D
+    one = DepthGate(1)  # D = 1: the floor is D
+    t1, (a,) = chain([1])
+    for _ in range(MIN_ROUNDS + EXPLORE):
+        assert one.of("mid").steps() == 1
+        one.of("mid").observe(t1, np.array([a]), [0], [1.0], round_ms=30.0, verify_ms=flat_cost)
+    assert one.of("mid").best() == 1
 
 
 def test_all_steps_first_then_the_best_depth_with_every_explore_th_round_one_step_deeper():
