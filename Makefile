@@ -46,7 +46,7 @@ distill: install
 	$(PY) -m treegraft distill --pair smollm2-lm --kind lm --layers 4 --minutes 55 --seed 0
 
 # the default pair's draft head: trains in artifacts/head-run from the committed head, on the target's own
-# answers to the latest blocks (run 13: chat blocks 9-10 of 640 prompts, task blocks 7-8 of 480, read
+# answers to the latest blocks (run 14: chat blocks 10-11 of 640 prompts, task blocks 8-9 of 480, read
 # from the repository's answer store models/smollm2-answers, answered there when missing) + distillation text,
 # with the cheaper candidates loss (under bf16 autocast where the CPU has native bf16), then copies it into
 # models/smollm2-head if its agreement table is better; the next run adds blocks: raise --answers / --tasks and
@@ -55,8 +55,8 @@ distill: install
 # the committed head)
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 7040 --tasks 4320 \
-		--first-block 9 --first-task-block 7 --answer-store models/smollm2-answers --depths 2 \
+	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 7680 --tasks 4800 \
+		--first-block 10 --first-task-block 8 --answer-store models/smollm2-answers --depths 2 \
 		--loss candidates --precision auto --minutes 20 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
 
