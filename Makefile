@@ -62,14 +62,14 @@ distill-head: install
 
 # the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to prompts that are never the
 # bench's, nor share a passage with an evaluated prompt. corpus.npz: chat block 0 + task block 0 (640 + 480
-# prompts); store.npz: chat blocks 4-9 and task blocks 3-7 (distill-head's). Every block is kept in
+# prompts); store.npz: chat blocks 4-11 and task blocks 3-9 (the blocks distill-head trained on). Every block is kept in
 # models/smollm2-answers and read from there (seconds); a block missing there is answered in the same cache as
 # distill-head's (resumable: the cache files are the state)
 corpus: install
 	$(PY) -m pip install -q -r requirements-distill.txt
 	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480 --answer-store models/smollm2-answers \
 		--out models/smollm2-corpus/corpus.npz
-	$(PY) -m treegraft corpus --pair default --answers 6400 --first-block 4 --tasks 3840 --first-task-block 3 \
+	$(PY) -m treegraft corpus --pair default --answers 7680 --first-block 4 --tasks 4800 --first-task-block 3 \
 		--answer-store models/smollm2-answers --out models/smollm2-corpus/store.npz
 
 # the app's gallery of recorded traces (ui/gallery/): re-record after engine or scheduler changes
