@@ -49,13 +49,16 @@ distill: install
 # answers to the latest blocks (run 14: chat blocks 10-11 of 640 prompts, task blocks 8-9 of 480, read
 # from the repository's answer store models/smollm2-answers, answered there when missing) + distillation text,
 # with the cheaper candidates loss (under bf16 autocast where the CPU has native bf16), then copies it into
-# models/smollm2-head if its agreement table is better; the next run adds blocks: raise --answers / --tasks and
+# models/smollm2-head if its agreement table is better; the next run adds blocks: raise HEAD_ANSWERS / HEAD_TASKS and
 # --first-block / --first-task-block past these (docs/model-card.md);
 # ARGS=--resume continues the run in artifacts/head-run (another --minutes; on a fresh machine it starts from
 # the committed head)
+# the blocks distill-head trains on and the corpus store reads (--answers / --tasks: whole blocks of 640 / 480)
+HEAD_ANSWERS := 7680
+HEAD_TASKS := 4800
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
-	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers 7680 --tasks 4800 \
+	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers $(HEAD_ANSWERS) --tasks $(HEAD_TASKS) \
 		--first-block 10 --first-task-block 8 --answer-store models/smollm2-answers --depths 2 \
 		--loss candidates --precision auto --minutes 20 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
 		--promote $(ARGS)
@@ -69,7 +72,7 @@ corpus: install
 	$(PY) -m pip install -q -r requirements-distill.txt
 	$(PY) -m treegraft corpus --pair default --answers 640 --tasks 480 --answer-store models/smollm2-answers \
 		--out models/smollm2-corpus/corpus.npz
-	$(PY) -m treegraft corpus --pair default --answers 7680 --first-block 4 --tasks 4800 --first-task-block 3 \
+	$(PY) -m treegraft corpus --pair default --answers $(HEAD_ANSWERS) --first-block 4 --tasks $(HEAD_TASKS) --first-task-block 3 \
 		--answer-store models/smollm2-answers --out models/smollm2-corpus/store.npz
 
 # the app's gallery of recorded traces (ui/gallery/): re-record after engine or scheduler changes

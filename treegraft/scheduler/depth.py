@@ -105,5 +105,5 @@ class DepthGate:
     def of(self, first: str = "small") -> StepMeans:
         """The means of the rounds whose step 1 `first` took (created at its first round)."""
         if first not in self.by_first:
-            self.by_first[first] = StepMeans(self.depth, least=1 + (first == "mid"))  # + the n-gram drafter's step
+            self.by_first[first] = StepMeans(self.depth, least=2 if first == "mid" else 1)  # a call, then the n-gram step
         return self.by_first[first]
