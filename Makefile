@@ -46,21 +46,23 @@ distill: install
 	$(PY) -m treegraft distill --pair smollm2-lm --kind lm --layers 4 --minutes 55 --seed 0
 
 # the default pair's draft head: trains in artifacts/head-run from the committed head, on the target's own
-# answers to the latest blocks (run 14: chat blocks 10-11 of 640 prompts, task blocks 8-9 of 480, read
+# answers to the latest blocks (runs 15-16: chat blocks 10-11 of 640 prompts, task blocks 9-10 of 480, read
 # from the repository's answer store models/smollm2-answers, answered there when missing) + distillation text,
-# with the cheaper candidates loss (under bf16 autocast where the CPU has native bf16), then copies it into
+# with the cheaper candidates loss (under bf16 autocast where the CPU has native bf16), reading the target's layers 2 and
+# 15 as well (--head-taps: EAGLE-3's fused features, from run 16), then copies it into
 # models/smollm2-head if its agreement table is better; the next run adds blocks: raise HEAD_ANSWERS / HEAD_TASKS and
 # --first-block / --first-task-block past these (docs/model-card.md);
 # ARGS=--resume continues the run in artifacts/head-run (another --minutes; on a fresh machine it starts from
 # the committed head)
 # the blocks distill-head trains on and the corpus store reads (--answers / --tasks: whole blocks of 640 / 480)
 HEAD_ANSWERS := 7680
-HEAD_TASKS := 4800
+HEAD_TASKS := 5280
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
 	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers $(HEAD_ANSWERS) --tasks $(HEAD_TASKS) \
-		--first-block 10 --first-task-block 8 --answer-store models/smollm2-answers --depths 2 \
-		--loss candidates --precision auto --minutes 20 --seed 0 --init-from models/smollm2-head --out artifacts/head-run --eval-per-category 2 \
+		--first-block 10 --first-task-block 9 --answer-store models/smollm2-answers --depths 2 \
+		--loss candidates --precision auto --minutes 25 --seed 0 --init-from models/smollm2-head --head-taps 2,15 --out artifacts/head-run \
+		--eval-per-category 2 \
 		--promote $(ARGS)
 
 # the n-gram drafter's corpus (models/smollm2-corpus): the target's greedy answers to prompts that are never the

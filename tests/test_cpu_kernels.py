@@ -46,6 +46,7 @@ def test_every_path_matches_stock_at_every_row_count(bias, forced):
             assert torch.allclose(got, want, atol=1e-5)
         head = model.lm_head(want)
         assert head.shape == head_ref[rows].shape and torch.allclose(head, head_ref[rows], atol=1e-5)
+    assert model.body(torch.zeros(1, 0, 32)).shape == (1, 0, 48)  # no rows (an empty prompt's features): no rows
     assert (model.lm_head.weight_t is not None) == (forced == "weight_left")  # the 1-row copy only when used
     assert (model.body.weight_packed is not None) == (forced == "packed")  # the packed copy only when used
     assert (getattr(model.body, "weight_packed16", None) is not None) == (forced == "packed16")

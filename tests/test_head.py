@@ -19,7 +19,7 @@ PROMPT = [3, 5, 7, 3, 5, 7, 3, 5, 9, 2]
 def sequential_logq(head, target, committed: list[int], path: list[int]) -> torch.Tensor:
     """log q after committed + path, computed one position at a time with full causal passes (no cache):
     committed positions read the target's real features, drafted ones the head's own previous output."""
-    real = target.model(input_ids=torch.tensor([committed[:-1]])).last_hidden_state[0]  # [L - 1, H]
+    real = head.fuse_features(real_features(target, head, committed[:-1]))  # [L - 1, H]
     seq = committed + path
     prev = [torch.zeros(real.shape[-1])] + list(real)  # prev[i] = input feature of position i
     for j in range(len(committed) - 1, len(seq)):
@@ -27,6 +27,13 @@ def sequential_logq(head, target, committed: list[int], path: list[int]) -> torc
         prev.append(f)
     rows = target.get_output_embeddings().weight
     return torch.log_softmax(f @ rows.T, -1)
+
+
+def real_features(target, head, ids: list[int]) -> torch.Tensor:
+    """[len(ids), in_features] the target's features over ids in one plain forward (with the head's taps)."""
+    from treegraft.distill_head import target_features
+
+    return target_features(target, torch.tensor([ids]), taps=head.taps, dtype=torch.float32)[0]
 
 
 def grow(tree, rng, count, drafter, step):
@@ -143,6 +150,69 @@ def test_a_head_grown_by_a_layer_starts_as_the_trained_head(tmp_path):
         assert not torch.allclose(grown(feats, ids), one(feats, ids), atol=1e-3)
 
 
+def test_a_tapped_head_matches_sequential_and_its_engine_keeps_the_plain_pass_and_the_target_output():
+    """A head with taps (EAGLE-3's fused features; a 3-layer target tapped at layers 0 and 1): the engine hands it
+    the tapped layers' outputs of the prefill and of each verification's accepted rows (forward hooks on the stock
+    layers), equal to one plain forward's hidden states; its tree scores equal the sequential computation over
+    each path; greedy output equals AR for every method that calls it."""
+    from treegraft.target import TargetModel
+
+    pair = tiny_head_pair(taps=(0, 1))
+    target, head = pair.target, pair.mid
+    assert head.in_features == 3 * target.config.hidden_size
+    drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB)
+    tm = TargetModel(target, keep_features=True, taps=head.taps)
+    tm.start(PROMPT)
+    assert torch.allclose(tm.head_features(), real_features(target, head, PROMPT[:-1]), atol=1e-5)
+    drafter.start(tm.head_features())
+    tree = DraftTree.new(PROMPT[-1], capacity=60)
+    grow(tree, np.random.default_rng(2), 12, SMALL, 1)
+    batch = unvisited_closure(tree, mid_pool(tree))
+    scores = drafter.evaluate(tree, PROMPT, batch)
+    for i, v in enumerate(batch.tolist()):
+        ref = sequential_logq(head, target, PROMPT, [int(tree.token[u]) for u in path_to(tree, v)][1:])
+        assert torch.allclose(scores.logq[i], ref, atol=ATOL)
+    nodes = np.arange(tree.n)
+    tm.verify(tree, nodes)  # every row's tapped features equal a plain forward over its path
+    for r in (0, 3, tree.n - 1):
+        path = [int(tree.token[u]) for u in path_to(tree, r)]
+        plain = real_features(target, head, PROMPT[:-1] + path)[-1]
+        assert torch.allclose(tm.head_features([r])[0], plain, atol=1e-5), r
+    engine = _tiny_head_engine(taps=(0, 1))
+    gen, drafting = GenerationConfig(max_new_tokens=20), DraftingConfig(depth=3, width=4, top_k=3, budget=12)
+    ar = engine.generate(PROMPT, MethodSpec("ar"), drafting, gen)
+    for method in ("all-mid", "treegraft"):
+        assert engine.generate(PROMPT, MethodSpec(method), drafting, gen).new_tokens == ar.new_tokens, method
+    s = engine.start(PROMPT, MethodSpec("all-mid"), drafting, gen)
+    for _ in range(4):
+        engine.speculative_round(s)
+    assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
+
+
+def test_a_head_grown_with_taps_starts_as_the_untapped_one_and_saves_its_taps(tmp_path):
+    """`--head-taps --init-from` an untapped head: the fuse starts as "the final feature alone", so the grown head
+    computes what the trained one did until training moves it; the taps save and load; a tap at or past the
+    target's last layer is refused."""
+    from treegraft.drafters.head import HEAD_WEIGHTS, DraftHead
+
+    target = tiny_model(1, layers=3)
+    one = tiny_head(target)
+    save_head(one, tmp_path / "one", {})
+    tapped = DraftHead.from_target(target, taps=(0, 1))
+    tapped.load_weights(tmp_path / "one" / HEAD_WEIGHTS, grown=True)
+    with pytest.raises(ValueError, match="missing"):
+        DraftHead.from_target(target, taps=(0,)).load_weights(tmp_path / "one" / HEAD_WEIGHTS)
+    h = target.config.hidden_size
+    ids, feats = torch.tensor([PROMPT]), torch.randn(1, len(PROMPT), 3 * h)
+    with torch.no_grad():
+        assert torch.equal(tapped(tapped.fuse_features(feats), ids), one(feats[..., :h], ids))
+    save_head(tapped, tmp_path / "tapped", {})
+    again = load_head(tmp_path / "tapped", target, torch.float32, torch.device("cpu"))
+    assert again.taps == (0, 1) and torch.equal(again.fuse.weight, tapped.fuse.weight)
+    with pytest.raises(ValueError, match="below the target's last"):
+        DraftHead.from_target(target, taps=(2,))
+
+
 def test_levels_follow_unvisited_parents():
     tree = DraftTree.new(1, capacity=8)
     a, _ = add_child(tree, 0, 2, -1.0, SMALL, 1)
@@ -159,7 +229,7 @@ def assert_head_state_is_a_plain_pass(engine, committed: list[int], atol: float)
     from transformers import DynamicCache
 
     head, target = engine.pair.mid, engine.pair.target
-    real = target.model(input_ids=torch.tensor([committed[:-1]])).last_hidden_state[0]
+    real = head.fuse_features(real_features(target, head, committed[:-1]))
     assert torch.allclose(engine.mid.feats, real, atol=atol)
     m = engine.mid.cached
     assert 0 < m <= len(committed) - 1
@@ -237,10 +307,10 @@ def test_head_cache_and_features_after_rounds_equal_plain_pass():
     assert_head_state_is_a_plain_pass(engine, s.committed, ATOL)
 
 
-def _tiny_head_engine():
+def _tiny_head_engine(taps: tuple[int, ...] = ()):
     from treegraft.engine import Engine
 
-    return Engine(tiny_head_pair())
+    return Engine(tiny_head_pair(taps))
 
 
 @pytest.mark.parametrize("method", ["all-mid", "fixed", "csd", "all-small"])
@@ -299,6 +369,32 @@ def test_distillation_runs_and_resumes(tmp_path):
         tokens = sum(alone[c][d]["tokens"] for c in "ab")
         assert both[d]["tokens"] == tokens
         assert abs(both[d]["top1"] - sum(alone[c][d]["top1"] * alone[c][d]["tokens"] for c in "ab") / tokens) < 2e-3
+
+
+def test_a_tapped_head_trains_on_its_taps_and_measures_its_agreement(tmp_path):
+    """Training a tapped head: the cached features carry the taps after the final feature ([N, T, 3H]); the loss
+    reads the final part; the fuse learns (moves off its "final feature alone" start); the saved head keeps its
+    taps, and the agreement table reads them from the target."""
+    from treegraft.distill_head import HeadSettings, agreement, fit, target_features
+    from treegraft.drafters.head import DraftHead
+
+    target = tiny_model(1, layers=3)
+    h = target.config.hidden_size
+    ids = torch.randint(0, VOCAB, (12, 16), generator=torch.Generator().manual_seed(0))
+    feats = target_features(target, ids, batch=4, taps=(0, 1)).float()
+    assert feats.shape == (12, 16, 3 * h)
+    assert torch.allclose(feats[..., :h], target_features(target, ids, batch=4).float())
+    head = DraftHead.from_target(target, taps=(0, 1))
+    start = head.fuse.weight.detach().clone()
+    s = HeadSettings(seq_len=16, batch=4, max_steps=4, depths=2, minutes=5, taps=(0, 1), lr=1e-2)
+    meta = fit(head, ids, feats, torch.as_tensor(target.get_output_embeddings().weight).float(), s, tmp_path)
+    assert meta["steps"] == 4 and list(meta["settings"]["taps"]) == [0, 1]
+    assert not torch.equal(head.fuse.weight[:, h:], start[:, h:])  # the taps' columns learned
+    again = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
+    assert again.taps == (0, 1)
+    rows = target.get_output_embeddings().weight.float()
+    result = agreement(again, target, None, rows, torch.arange(VOCAB), [[1, 2, 3, 4]], max_new_tokens=6, depths=2)
+    assert all(0 <= r["top1"] <= r["top4"] <= 1 for r in result.values())
 
 
 def test_target_answers_batched_greedy_equals_each_prompts_own_greedy():

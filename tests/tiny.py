@@ -38,12 +38,12 @@ def tiny_pair() -> LoadedPair:
                       torch.float32)
 
 
-def tiny_head(target, seed: int = 3, layers: int = 1):
-    """A randomly initialised draft head on a tiny target (drafters/head.py)."""
+def tiny_head(target, seed: int = 3, layers: int = 1, taps: tuple[int, ...] = ()):
+    """A randomly initialised draft head on a tiny target (drafters/head.py); `taps`: a tapped head (fuse random too)."""
     from treegraft.drafters.head import DraftHead
 
     torch.manual_seed(seed)
-    head = DraftHead(target.config, target.get_input_embeddings(), layers).float().eval().requires_grad_(False)
+    head = DraftHead(target.config, target.get_input_embeddings(), layers, taps).float().eval().requires_grad_(False)
     with torch.no_grad():
         for p in head.parameters():
             if p.dim() == 2 and p is not target.get_input_embeddings().weight:
@@ -51,9 +51,9 @@ def tiny_head(target, seed: int = 3, layers: int = 1):
     return head
 
 
-def tiny_head_pair() -> LoadedPair:
-    """The tiny target with a draft head as its mid (mid kind: head)."""
-    target = tiny_model(1)
+def tiny_head_pair(taps: tuple[int, ...] = ()) -> LoadedPair:
+    """The tiny target with a draft head as its mid (mid kind: head); with taps: a 3-layer target, a tapped head."""
+    target = tiny_model(1, layers=3 if taps else 2)
     cfg = PairConfig(name="tiny-head", target=ModelSource(path="tiny"), mid=ModelSource(path="tiny", kind="head"),
                      chat_template=False, dtype="float32", device="cpu")
-    return LoadedPair(cfg, tiny_tokenizer(), target, tiny_head(target), torch.device("cpu"), torch.float32)
+    return LoadedPair(cfg, tiny_tokenizer(), target, tiny_head(target, taps=taps), torch.device("cpu"), torch.float32)

@@ -12,6 +12,17 @@ from .models import ModelLoadError, VocabularyMismatchError
 from .prompt_check import PromptError
 
 
+def layer_list(text: str) -> tuple[int, ...]:
+    """"2,15" -> (2, 15): decoder layer indices (argparse type)."""
+    try:
+        layers = tuple(sorted({int(t) for t in text.split(",") if t.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated layer indices, e.g. 2,15") from None
+    if any(t < 0 for t in layers):
+        raise argparse.ArgumentTypeError(f"{text!r}: layer indices are 0 or more")
+    return layers
+
+
 def _distill(args) -> int:
     pair = load_pair(args.pair, args.models)
     if (args.kind or pair.mid.kind) == "head":
@@ -38,7 +49,8 @@ def _distill_head(args, pair) -> int:
                      lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
                      seed=args.seed, data=args.data, answers=answers, patience=args.patience,
                      eval_every=args.eval_every, init_from=args.init_from, loss=args.loss,
-                     candidates=args.candidates, precision=args.precision, layers=args.head_layers)
+                     candidates=args.candidates, precision=args.precision, layers=args.head_layers,
+                     taps=args.head_taps)
     if args.profile_step:
         print(json.dumps(profile_step(pair, s), indent=2))
         return 0
@@ -288,6 +300,10 @@ def _add_distill(sub) -> None:
     d.add_argument("--head-layers", type=int, default=1, choices=range(1, 5), metavar="{1..4}",
                    help="head: decoder layers; more than the --init-from head has: its layers first, each new one "
                         "starting as the identity (the grown head starts as the trained one)")
+    d.add_argument("--head-taps", type=layer_list, default=(), metavar="L1,L2",
+                   help="head: the target's decoder layers (0-based, below its last) whose outputs a committed "
+                        "token's feature carries too (EAGLE-3's fused features), e.g. 2,15; a head grown from an "
+                        "untapped --init-from head starts as that head")
     d.add_argument("--loss", choices=["full", "candidates"], default="full",
                    help="head: KL over the whole draft vocabulary, or over one candidate set per batch (cheaper)")
     d.add_argument("--candidates", type=int, default=1024, help="head: tokens in the candidates loss's set")

@@ -222,8 +222,8 @@ def run_path(layer: torch.nn.Linear, path: str, x: torch.Tensor, prefetch: int =
 
 def routed_forward(layer: torch.nn.Linear, part: str, table: KernelTable):
     """The layer's forward routed by `table`: each row count's product (`_product`) looked up by index."""
-    by_rows = [None] + [_product(layer, table.path(part, r), table.distance(part, r), r)
-                        for r in range(1, BUCKETS[-1] + 1)]
+    by_rows = [lambda x: x.new_zeros(0, layer.out_features)] + [  # no rows (an empty prompt's features)
+        _product(layer, table.path(part, r), table.distance(part, r), r) for r in range(1, BUCKETS[-1] + 1)]
     longer = _product(layer, table.path(part, PREFILL_ROWS), table.distance(part, PREFILL_ROWS), PREFILL_ROWS)
     k, n, bias = layer.in_features, layer.out_features, layer.bias
 

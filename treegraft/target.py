@@ -67,15 +67,35 @@ class TreeLogits:
         return self.head(self.features[i:i + 1])[0]
 
 
+def tap_outputs(model, taps: tuple[int, ...]) -> dict[int, torch.Tensor]:
+    """The dict that forward hooks on the decoder layers `taps` fill with each forward's outputs [n, H] (batch row
+    0): one hook per layer of a loaded model, however many engines read it."""
+    store = model.__dict__.setdefault("_treegraft_tapped", {})
+    hooked = model.__dict__.setdefault("_treegraft_hooks", set())
+    for t in taps:
+        if t not in hooked:
+            def keep(module, args, output, t=t):
+                store[t] = (output[0] if isinstance(output, tuple) else output)[0]
+            model.model.layers[t].register_forward_hook(keep)
+            hooked.add(t)
+    return store
+
+
 class TargetModel:
     """The forward runs the decoder (`model.model`) and keeps its final normed hidden states (`features`), which
     a draft-head mid reads (treegraft/drafters/head.py); logits are the output head applied to them, at every row
     or lazily (`lazy`: see the module's docstring). A model whose config post-processes its logits (soft-capping,
-    scaling) runs its stock forward instead, every row eager (`keep_features` is then not available)."""
+    scaling) runs its stock forward instead, every row eager (`keep_features` is then not available). `taps`: decoder
+    layers whose outputs a tapped draft head reads too (forward hooks on those stock layers keep the last forward's
+    outputs; `head_features` joins them to the final features, `drafters/head.with_taps`)."""
 
-    def __init__(self, model, keep_features: bool = False, lazy: bool = False, lead_rows: bool = True):
+    def __init__(self, model, keep_features: bool = False, lazy: bool = False, lead_rows: bool = True,
+                 taps: tuple[int, ...] = ()):
         self.model = model
         self.keep_features = keep_features
+        self.taps = tuple(taps)
+        self._hooked = tap_outputs(model, self.taps)  # what the hooks wrote in the model's latest forward
+        self.tapped: dict[int, torch.Tensor] = {}  # tap layer -> its output [n, H] in this target's last forward
         self.head_only = not any(getattr(model.config, a, None) for a in LOGIT_POSTPROCESSING)
         if keep_features and not self.head_only:
             raise ValueError(f"{type(model).__name__} post-processes its logits: a draft head cannot read its features")
@@ -87,6 +107,14 @@ class TargetModel:
         self.cache = GrowingCache()
         self.cached = 0
 
+    def head_features(self, rows: list[int] | None = None) -> torch.Tensor:
+        """[len(rows), H (1 + len(taps))] the last forward's features at `rows` (all rows: None), with the tapped
+        layers' outputs (what a draft head reads)."""
+        from .drafters.head import with_taps
+
+        pick = slice(None) if rows is None else rows
+        return with_taps(self.features[pick], [self.tapped[t][pick] for t in self.taps])
+
     @profiled("target_forward")
     def forward(self, ids: torch.Tensor, lead: list[int] | None = None, **kw) -> TreeLogits:
         """[1, n] ids -> the logits at its n rows (lazy: the root's and `lead`'s computed now)."""
@@ -94,6 +122,7 @@ class TargetModel:
             return TreeLogits(self.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).logits[0],
                               lambda x: x, lazy=False)
         self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True, **kw).last_hidden_state[0]
+        self.tapped = {t: self._hooked[t] for t in self.taps}
         return TreeLogits(self.features, self.model.get_output_embeddings(), self.lazy, lead)
 
     @torch.no_grad()
@@ -101,10 +130,12 @@ class TargetModel:
         """Prefill every committed token but the last (features [L - 1, H] kept for a draft head)."""
         self.cache, self.cached = GrowingCache(), 0
         self.features = torch.zeros(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
+        self.tapped = {t: self.features for t in self.taps}
         if len(committed) > 1:
             ids = torch.tensor([committed[:-1]], device=self.device)
             if self.keep_features:
                 self.features = self.model.model(input_ids=ids, cache=self.cache, use_cache=True).last_hidden_state[0]
+                self.tapped = {t: self._hooked[t] for t in self.taps}
             else:
                 self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=1)
             self.cached = len(committed) - 1
@@ -161,8 +192,8 @@ class TargetModel:
         keep_slots(self.cache, self.cached)
 
     def accepted_features(self, rows: list[int]) -> torch.Tensor | None:
-        """[len(rows), H] the last verification's features at the accepted rows (None unless kept)."""
-        return self.features[rows] if self.keep_features else None
+        """[len(rows), H (1 + len(taps))] the last verification's features at the accepted rows (None unless kept)."""
+        return self.head_features(rows) if self.keep_features else None
 
     @profiled("kv")
     def commit(self, rows: list[int]) -> None:

@@ -9,6 +9,13 @@ parent is u:
     log q(. | path to v) = log_softmax(f(v) @ W_S^T)  [S]  (W_S: the target's frozen output rows
                                                            of the draft vocabulary)
 
+Taps (EAGLE-3's fused features, optional: `taps`, e.g. (2, 15)): a committed
+token's input feature may also carry the target's residual stream after a few
+lower layers (each RMS-normalised without weights, `with_taps`); `fuse` maps the
+concatenation [final; tap_1; ...] [(1 + k) H] to H before fc, once per committed
+token (it starts as "take the final feature", so a head grown from an untapped one
+starts as that head). Draft nodes still read the head's own outputs [H].
+
 The decoder layer is a stock Hugging Face model of the target's class cut to one
 layer, so tree attention is the same 4-D mask + position ids + KV cache (growing layers) as the
 target's. Where features come from:
@@ -46,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel
 
@@ -59,18 +67,34 @@ HEAD_CONFIG = "config.json"
 
 
 class DraftHead(nn.Module):
-    """fc([feature; embedding]) -> `layers` stock decoder layers (one by default) -> the target's final norm type."""
+    """fc([feature; embedding]) -> `layers` stock decoder layers (one by default) -> the target's final norm type;
+    with `taps`, committed tokens' features [(1 + k) H] go through `fuse` first (module docstring)."""
 
-    def __init__(self, config, embeddings: nn.Embedding, layers: int = 1):
+    def __init__(self, config, embeddings: nn.Embedding, layers: int = 1, taps: tuple[int, ...] = ()):
         super().__init__()
         cfg = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": layers, "vocab_size": 1,
                                             "pad_token_id": None, "bos_token_id": None, "eos_token_id": None})
         h = cfg.hidden_size
         self.config = cfg
         self.fc = nn.Linear(2 * h, h, bias=False)
+        self.taps = tuple(int(t) for t in taps)  # the target's layers whose outputs a committed feature carries
+        if self.taps:
+            self.fuse = nn.Linear((1 + len(self.taps)) * h, h, bias=False)
+            with torch.no_grad():  # start as "the final feature alone"
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, :h].copy_(torch.eye(h))
         self.body = AutoModel.from_config(cfg, dtype=torch.float32)  # a `layers`-layer model of the target's class
         self.body.embed_tokens = embeddings  # the target's own, frozen, not saved
         self.direct = False  # call the body's layers directly (`check_direct`)
+
+    @property
+    def in_features(self) -> int:
+        """Width of a committed token's target feature: H, or (1 + len(taps)) H with taps."""
+        return (1 + len(self.taps)) * self.config.hidden_size
+
+    def fuse_features(self, feats: torch.Tensor) -> torch.Tensor:
+        """[..., in_features] target features -> [..., H] input features (the identity without taps)."""
+        return self.fuse(feats) if self.taps else feats
 
     def forward(self, feats: torch.Tensor, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache=None, use_cache: bool = False) -> torch.Tensor:
@@ -131,8 +155,9 @@ class DraftHead(nn.Module):
 
     def load_weights(self, path: Path, grown: bool = False) -> None:
         """Load a saved head's weights (its file holds all but the target's embeddings); ValueError on a mismatch.
-        grown: the saved head may have fewer layers than this one (`distill --head-layers`); the layers it lacks
-        keep their identity start (`from_target`)."""
+        grown: the saved head may have fewer layers than this one (`distill --head-layers`), or no taps where this
+        one has them (`distill --head-taps`); the layers it lacks keep their identity start (`from_target`), the
+        fuse its "final feature alone" start."""
         from safetensors.torch import load_file
 
         saved = load_file(str(path))
@@ -141,17 +166,21 @@ class DraftHead(nn.Module):
         has = {k.split(".")[2] for k in saved if k.startswith("body.layers.")}  # the saved head's layer indices
         result = self.load_state_dict(saved, strict=False)
         missing = [k for k in result.missing_keys if not k.startswith("body.embed_tokens")
-                   and not (grown and k.startswith("body.layers.") and k.split(".")[2] not in has)]
+                   and not (grown and k.startswith("body.layers.") and k.split(".")[2] not in has)
+                   and not (grown and k == "fuse.weight")]
         if missing or result.unexpected_keys:
             raise ValueError(f"{path}: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
 
     @classmethod
-    def from_target(cls, target, layers: int = 1) -> "DraftHead":
+    def from_target(cls, target, layers: int = 1, taps: tuple[int, ...] = ()) -> "DraftHead":
         """A fresh head for a target: its first layer and norm initialised from the target's last ones; any further
         layer from the target's last one too, with its two residual outputs (attention's o_proj, the MLP's
         down_proj) zeroed, so that it starts as the identity and a head grown from a trained one with fewer layers
         (`load_weights(..., grown=True)`) starts as that head."""
-        head = cls(target.config, target.get_input_embeddings(), layers)
+        if any(not 0 <= t < target.config.num_hidden_layers - 1 for t in taps):
+            raise ValueError(f"taps {tuple(taps)}: each must be a layer index below the target's last "
+                             f"({target.config.num_hidden_layers - 1}), whose output the final feature already is")
+        head = cls(target.config, target.get_input_embeddings(), layers, taps)
         last = {k: v.float() for k, v in target.model.layers[-1].state_dict().items()}
         for i, layer in enumerate(head.body.layers):
             layer.load_state_dict(last)
@@ -162,6 +191,15 @@ class DraftHead(nn.Module):
             eye = torch.eye(head.config.hidden_size)
             head.fc.weight.copy_(torch.cat([eye, eye], dim=1) * 0.5)
         return head
+
+
+def with_taps(final: torch.Tensor, taps: list[torch.Tensor]) -> torch.Tensor:
+    """[..., (1 + k) H]: the final normed feature, then each tapped layer's output RMS-normalised (no weights),
+    so every part has the same scale whatever the layer; the one definition training and drafting share."""
+    if not taps:
+        return final
+    h = final.shape[-1]
+    return torch.cat([final] + [F.rms_norm(t.to(final.dtype), (h,), eps=1e-6) for t in taps], dim=-1)
 
 
 def identity(layer: nn.Module) -> None:
@@ -176,7 +214,7 @@ def save_head(head: DraftHead, out: Path, meta: dict) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = head.config.to_dict()
-    cfg["treegraft_head"] = {"kind": "eagle", "layers": head.layers}
+    cfg["treegraft_head"] = {"kind": "eagle", "layers": head.layers, **({"taps": list(head.taps)} if head.taps else {})}
     (out / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2))
     state = {k: v.detach().float().contiguous() for k, v in head.own_state().items()}
     save_file(state, str(out / HEAD_WEIGHTS), metadata={"format": "pt"})
@@ -194,7 +232,8 @@ def load_head(folder: Path, target, dtype: torch.dtype, device: torch.device) ->
     drop = ("treegraft_head", "bos_token_id", "eos_token_id", "pad_token_id")  # no vocabulary of its own
     config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in drop},
                                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    head = DraftHead(config, target.get_input_embeddings(), int(cfg["treegraft_head"].get("layers", 1)))
+    head = DraftHead(config, target.get_input_embeddings(), int(cfg["treegraft_head"].get("layers", 1)),
+                     tuple(cfg["treegraft_head"].get("taps", ())))
     head.load_weights(folder / HEAD_WEIGHTS)
     head.body.embed_tokens = target.get_input_embeddings()
     head = head.to(device=device, dtype=dtype).eval().requires_grad_(False)
@@ -212,6 +251,11 @@ class HeadDrafter:
 
     needs_target_features = True
 
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """The target layers whose outputs the engine must hand over with the final features."""
+        return self.head.taps
+
     def __init__(self, head: DraftHead, output_weight: torch.Tensor, vocab_size: int,
                  draft_vocab: torch.Tensor | None = None, small_batch: bool = False, half: bool = False):
         self.head = head
@@ -219,10 +263,10 @@ class HeadDrafter:
         self.dtype = next(head.parameters()).dtype
         # the target's frozen output rows of the draft vocabulary (half: a copy rounded to fp16)
         self.scorer, self.vocab, self.col_of = draft_output(output_weight, vocab_size, draft_vocab, small_batch, half)
-        self.start(torch.zeros(0, head.config.hidden_size, dtype=self.dtype, device=self.device))
+        self.start(torch.zeros(0, head.in_features, dtype=self.dtype, device=self.device))
 
     def start(self, target_features: torch.Tensor) -> None:
-        """A new generation: the prefill's features [L - 1, H] of every committed token but the last."""
+        """A new generation: the prefill's features [L - 1, in_features] of every committed token but the last."""
         self.cache, self.cached, self.n_feats = GrowingCache(), 0, 0
         self.prev = torch.zeros(1 + max(256, 2 * len(target_features)), self.head.config.hidden_size,
                                 dtype=self.dtype, device=self.device)
@@ -235,6 +279,8 @@ class HeadDrafter:
         return self.prev[1: 1 + self.n_feats]
 
     def _append(self, features: torch.Tensor) -> None:
+        """Keep committed tokens' target features [m, in_features], fused to [m, H] once here."""
+        features = self.head.fuse_features(features)
         n, m = self.n_feats, len(features)
         if 1 + n + m > len(self.prev):
             grown = torch.zeros(2 * (1 + n + m), self.prev.shape[1], dtype=self.dtype, device=self.device)
@@ -309,7 +355,7 @@ class HeadDrafter:
 
     @profiled("kv")
     def end_round(self, accepted_path: list[int], target_features: torch.Tensor | None) -> None:
-        """Drop the node slots; keep the target's features of the accepted rows (root first) [A + 1, H]."""
+        """Drop the node slots; keep the target's features of the accepted rows (root first) [A + 1, in_features]."""
         if self.slots:
             keep_slots(self.cache, self.cached)
         self._append(target_features)
