@@ -155,8 +155,9 @@ def test_corpus_documents_leave_out_answers_about_an_evaluated_prompts_passage(f
     from treegraft.prompts import load_prompts
 
     tok = fp32_pair.tokenizer
-    held = max((p for p in load_prompts("unseen") if p.category == "code"), key=lambda p: len(p.messages[0]))
-    passage = held.messages[0][len(held.messages[0]) // 3:]  # the part after the instruction: its code
+    held = max((p for p in load_prompts("unseen") if p.category in ("code", "summarisation", "qa")),
+               key=lambda p: len(p.messages[0]))  # the longest passage-bearing prompt (code, article or context)
+    passage = held.messages[0][len(held.messages[0]) // 3:]  # the part after the instruction: its passage
     same = _encode(tok, ["Explain what this does, line by line:\n" + passage])
     other = _encode(tok, ["Write a haiku about the sea."])
     rows = [{"ids": same + [10, 2], "prompt_len": len(same), "sampled": False},
