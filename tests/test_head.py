@@ -36,6 +36,18 @@ def real_features(target, head, ids: list[int]) -> torch.Tensor:
     return target_features(target, torch.tensor([ids]), taps=head.taps, dtype=torch.float32)[0]
 
 
+def assert_one_call_matches_sequential(drafter, head, target, seed: int) -> DraftTree:
+    """One mid call on a tree of 12 random n-gram nodes: every pool node's scores equal `sequential_logq`."""
+    tree = DraftTree.new(PROMPT[-1], capacity=60)
+    grow(tree, np.random.default_rng(seed), 12, SMALL, 1)
+    batch = unvisited_closure(tree, mid_pool(tree))
+    scores = drafter.evaluate(tree, PROMPT, batch)
+    for i, v in enumerate(batch.tolist()):
+        ref = sequential_logq(head, target, PROMPT, [int(tree.token[u]) for u in path_to(tree, v)][1:])
+        assert torch.allclose(scores.logq[i], ref, atol=ATOL)
+    return tree
+
+
 def grow(tree, rng, count, drafter, step):
     for _ in range(count):
         parent = int(rng.integers(0, tree.n))
@@ -115,13 +127,7 @@ def test_a_two_layer_head_matches_sequential_and_saves_its_layers(tmp_path):
     head = tiny_head(target, layers=2)
     drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB)
     drafter.start(target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0])
-    tree = DraftTree.new(PROMPT[-1], capacity=60)
-    grow(tree, np.random.default_rng(1), 12, SMALL, 1)
-    batch = unvisited_closure(tree, mid_pool(tree))
-    scores = drafter.evaluate(tree, PROMPT, batch)
-    for i, v in enumerate(batch.tolist()):
-        ref = sequential_logq(head, target, PROMPT, [int(tree.token[u]) for u in path_to(tree, v)][1:])
-        assert torch.allclose(scores.logq[i], ref, atol=ATOL)
+    assert_one_call_matches_sequential(drafter, head, target, seed=1)
     save_head(head, tmp_path, {})
     again = load_head(tmp_path, target, torch.float32, torch.device("cpu"))
     assert again.layers == 2
@@ -165,13 +171,7 @@ def test_a_tapped_head_matches_sequential_and_its_engine_keeps_the_plain_pass_an
     tm.start(PROMPT)
     assert torch.allclose(tm.head_features(), real_features(target, head, PROMPT[:-1]), atol=1e-5)
     drafter.start(tm.head_features())
-    tree = DraftTree.new(PROMPT[-1], capacity=60)
-    grow(tree, np.random.default_rng(2), 12, SMALL, 1)
-    batch = unvisited_closure(tree, mid_pool(tree))
-    scores = drafter.evaluate(tree, PROMPT, batch)
-    for i, v in enumerate(batch.tolist()):
-        ref = sequential_logq(head, target, PROMPT, [int(tree.token[u]) for u in path_to(tree, v)][1:])
-        assert torch.allclose(scores.logq[i], ref, atol=ATOL)
+    tree = assert_one_call_matches_sequential(drafter, head, target, seed=2)
     nodes = np.arange(tree.n)
     tm.verify(tree, nodes)  # every row's tapped features equal a plain forward over its path
     for r in (0, 3, tree.n - 1):
