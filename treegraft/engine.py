@@ -104,7 +104,7 @@ class Engine:
         self.mid = make_mid_drafter(pair)
         lazy = pair.config.lazy_logits == "on" or (pair.config.lazy_logits == "auto" and pair.device.type == "cpu")
         self.target = TargetModel(pair.target, keep_features=self.mid.needs_target_features, lazy=lazy,
-                                  lead_rows=pair.config.lead_rows, taps=getattr(self.mid, "taps", ()))
+                                  lead_rows=pair.config.lead_rows, taps=self.mid.taps)
         self.device = self.target.device
         gc_eos = pair.target.generation_config.eos_token_id
         eos = set(gc_eos if isinstance(gc_eos, list) else [gc_eos] if gc_eos is not None else [])

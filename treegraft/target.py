@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .kv import GrowingCache, additive_mask, keep_slots, timed
 from .profile import profiled
@@ -67,6 +68,20 @@ class TreeLogits:
         return self.head(self.features[i:i + 1])[0]
 
 
+def with_taps(final: torch.Tensor, taps: list[torch.Tensor]) -> torch.Tensor:
+    """[..., (1 + k) H]: the final normed feature, then each tapped layer's output RMS-normalised (no weights),
+    so every part has the same scale whatever the layer; the one layout training and drafting share."""
+    if not taps:
+        return final
+    h = final.shape[-1]
+    return torch.cat([final] + [F.rms_norm(t.to(final.dtype), (h,), eps=1e-6) for t in taps], dim=-1)
+
+
+def final_part(feats: torch.Tensor, hidden: int) -> torch.Tensor:
+    """[..., H] the final normed feature of `with_taps` features (what the output head reads)."""
+    return feats[..., :hidden]
+
+
 def tap_outputs(model, taps: tuple[int, ...]) -> dict[int, torch.Tensor]:
     """The dict that forward hooks on the decoder layers `taps` fill with each forward's outputs [n, H] (batch row
     0): one hook per layer of a loaded model, however many engines read it."""
@@ -87,7 +102,7 @@ class TargetModel:
     or lazily (`lazy`: see the module's docstring). A model whose config post-processes its logits (soft-capping,
     scaling) runs its stock forward instead, every row eager (`keep_features` is then not available). `taps`: decoder
     layers whose outputs a tapped draft head reads too (forward hooks on those stock layers keep the last forward's
-    outputs; `head_features` joins them to the final features, `drafters/head.with_taps`)."""
+    outputs; `head_features` joins them to the final features, `with_taps`)."""
 
     def __init__(self, model, keep_features: bool = False, lazy: bool = False, lead_rows: bool = True,
                  taps: tuple[int, ...] = ()):
@@ -110,8 +125,6 @@ class TargetModel:
     def head_features(self, rows: list[int] | None = None) -> torch.Tensor:
         """[len(rows), H (1 + len(taps))] the last forward's features at `rows` (all rows: None), with the tapped
         layers' outputs (what a draft head reads)."""
-        from .drafters.head import with_taps
-
         pick = slice(None) if rows is None else rows
         return with_taps(self.features[pick], [self.tapped[t][pick] for t in self.taps])
 

@@ -11,7 +11,7 @@ parent is u:
 
 Taps (EAGLE-3's fused features, optional: `taps`, e.g. (2, 15)): a committed
 token's input feature may also carry the target's residual stream after a few
-lower layers (each RMS-normalised without weights, `with_taps`); `fuse` maps the
+lower layers (each RMS-normalised without weights, `target.with_taps`); `fuse` maps the
 concatenation [final; tap_1; ...] [(1 + k) H] to H before fc, once per committed
 token (it starts as "take the final feature", so a head grown from an untapped one
 starts as that head). Draft nodes still read the head's own outputs [H].
@@ -53,7 +53,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel
 
@@ -191,15 +190,6 @@ class DraftHead(nn.Module):
             eye = torch.eye(head.config.hidden_size)
             head.fc.weight.copy_(torch.cat([eye, eye], dim=1) * 0.5)
         return head
-
-
-def with_taps(final: torch.Tensor, taps: list[torch.Tensor]) -> torch.Tensor:
-    """[..., (1 + k) H]: the final normed feature, then each tapped layer's output RMS-normalised (no weights),
-    so every part has the same scale whatever the layer; the one definition training and drafting share."""
-    if not taps:
-        return final
-    h = final.shape[-1]
-    return torch.cat([final] + [F.rms_norm(t.to(final.dtype), (h,), eps=1e-6) for t in taps], dim=-1)
 
 
 def identity(layer: nn.Module) -> None:

@@ -47,6 +47,7 @@ class MidDrafter:
     frequency-ranked subset of token ids (`draft_output`)."""
 
     needs_target_features = False
+    taps: tuple[int, ...] = ()  # no target layers read
 
     def __init__(self, model, vocab_size: int, draft_vocab: torch.Tensor | None = None, small_batch: bool = False,
                  half: bool = False):
