@@ -112,13 +112,13 @@ def test_bench_method_suffixes_set_the_tree_shape_and_reject_bad_values():
     from treegraft.config import ConfigError, DraftingConfig
 
     base = DraftingConfig()
-    ar, small, tg = parse_methods("all-small:d=3:w=4:k=2:span=0,treegraft:cap=2.5:b=15:no-eg", base)
+    ar, small, tg = parse_methods("all-small:d=3:w=4:k=2:span=0,treegraft:cap=2.5:b=15:no-eg:ml=2", base)
     assert ar.spec.name == "ar" and ar.drafting == base  # AR is added, on the bench's own settings
     assert (small.drafting.depth, small.drafting.width, small.drafting.top_k, small.drafting.span_max) == (3, 4, 2, 0)
-    assert (tg.drafting.verify_cost_cap, tg.drafting.budget, tg.spec.eg) == (2.5, 15, False)
+    assert (tg.drafting.verify_cost_cap, tg.drafting.budget, tg.spec.eg, tg.drafting.mid_lead) == (2.5, 15, False, 2)
     assert small.drafting.ngram_max == base.ngram_max  # what a label does not set stays
     for bad, words in [("all-small:d=0", "depth"), ("all-small:w=x", "width"), ("all-small:cap=0.5", "verify_cost_cap"),
-                       ("all-small:zz", "unknown suffix"), ("fixed:s=12", "0/1")]:
+                       ("all-small:zz", "unknown suffix"), ("fixed:s=12", "0/1"), ("treegraft:ml=0", "mid_lead")]:
         with pytest.raises(ConfigError, match=words):
             parse_methods(bad, base)
 

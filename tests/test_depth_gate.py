@@ -84,6 +84,20 @@ def test_a_round_after_a_head_call_takes_the_n_gram_drafters_first_step_too():
     assert one.of("mid").best() == 1
 
 
+def test_a_round_whose_first_steps_are_the_heads_takes_the_n_gram_drafters_first_step_after_them():
+    """With `mid_lead` = 2 a call round's steps 1-2 are the head's: it takes at least 3 steps, so the n-gram drafter
+    always drafts in it; small-first rounds keep their floor of 1."""
+    g = DepthGate(5, mid_lead=2)
+    t, nodes = chain([1, 2, 3, 4, 5])
+    for _ in range(MIN_ROUNDS + 2 * EXPLORE):
+        for first in ("mid", "small"):
+            d = g.of(first).steps()
+            assert d >= (3 if first == "mid" else 1)
+            g.of(first).observe(t, np.array(nodes[:d]), [0] + nodes[:1], [1.0] * d, round_ms=30.0,
+                                verify_ms=flat_cost)  # only step 1's node is ever accepted
+    assert g.of("mid").best() == 3 and g.of("small").best() == 1
+
+
 def test_all_steps_first_then_the_best_depth_with_every_explore_th_round_one_step_deeper():
     g = DepthGate(5)
     t, nodes = chain([1, 2, 3, 4, 5])

@@ -28,6 +28,8 @@ VARIANTS = [  # (method, schedule, eg, nd, B_ver, adaptive budget[, other drafti
     # step 1 by the yield gate, all D steps / the depth gate's
     ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "off"}),
     ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "depth_gate": "yield"}),
+    # a call round's step 1 alone the head's (the pair's own mid_lead is 2: its first two)
+    ("treegraft", (1, 0, 1, 0, 1), True, True, BASE.budget, True, {"mid_gate": "yield", "mid_lead": 1}),
     ("oracle", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # value-model search at every step
     ("csd", (1, 0, 1, 0, 1), True, True, BASE.budget, True),  # the sequence-level cascade
 ]

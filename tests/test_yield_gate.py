@@ -142,6 +142,19 @@ def test_the_gated_policy_decides_step_one_and_leaves_the_rest_to_the_ngram_draf
         assert d.action == (MID if k == 1 else SMALL)  # no evidence yet: step 1 calls
 
 
+def test_a_call_rounds_first_mid_lead_steps_are_the_mids_and_a_round_without_a_call_has_none():
+    policy = make_policy(MethodSpec("treegraft"), DraftingConfig(mid_gate="yield", mid_lead=2), None)
+    t = DraftTree.new(100, 8)
+    policy.start_round()  # no evidence yet: step 1 calls, so step 2 is the mid's too
+    assert [policy.decide(StepState(k=k, depth=5, tree=t)).action for k in range(1, 6)] == [MID, MID, SMALL, SMALL, SMALL]
+    # four call rounds that measured a loss close the gate
+    for _ in range(4):
+        policy.gate.observe(True, Yield(tokens=1, ms=40.0, tokens_without=3, ms_without=30.0))
+    policy.start_round()
+    assert not policy.gate.wants_call()
+    assert [policy.decide(StepState(k=k, depth=5, tree=t)).action for k in range(1, 6)] == [SMALL] * 5
+
+
 def test_gated_treegraft_calls_at_step_one_only_measures_its_cost_and_keeps_the_output(tiny_head_engine):
     engine = tiny_head_engine
     drafting = DraftingConfig(depth=3, width=3, top_k=2, budget=8, mid_gate="yield")
@@ -159,5 +172,11 @@ def test_gated_treegraft_calls_at_step_one_only_measures_its_cost_and_keeps_the_
         called = [r.steps[0].action == "mid" for r in res.rounds]
         assert all(called[:MIN_CALLS])
         assert all(r.steps[0].margin is not None for r in res.rounds[1:])  # the gate's margin from round 2 on
+        led = engine.generate(ids, MethodSpec("treegraft"), drafting.model_copy(update={"mid_lead": 2}), gen)
+        assert led.new_tokens == ar.new_tokens
+        for r in led.rounds:  # a call round's step 2 is the head's too, a round without one has no head step
+            lead = ["mid", "mid"] if r.steps[0].action == "mid" else ["small", "small"]
+            assert [s.action for s in r.steps] == lead + ["small"] * (len(r.steps) - 2)
+        assert any(r.steps[0].action == "mid" for r in led.rounds)
     finally:
         engine.timing_ms = saved

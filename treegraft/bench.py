@@ -40,7 +40,7 @@ class BenchMethod:
 KNOBS = {"d": "depth", "w": "width", "k": "top_k", "b": "budget", "span": "span_max", "n": "ngram_max",
          "cap": "verify_cost_cap", "scores": "scores", "lv": "mid_levels", "corpus": "corpus",
          "sp": "small_pool", "ex": "expand", "pf": "mid_prefill", "gate": "mid_gate", "mk": "mid_top_k",
-         "lead": "lead", "dg": "depth_gate"}
+         "lead": "lead", "dg": "depth_gate", "ml": "mid_lead"}
 
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
@@ -55,7 +55,8 @@ def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:
     n-gram drafter without the pair's corpus), :pf=off (the mid fed the prompt by its first call, not in the
     prefill), :gate=yield|off (treegraft's step 1 by the request's yield gate, scheduler/online.py), :mk=N (K of a
     mid step alone), :lead=nodes|path (which logits rows the verification batches with the root's,
-    prune.lead_rows), :dg=yield|off (the depth gate: how many of the D steps a round takes, scheduler/depth.py).
+    prune.lead_rows), :dg=yield|off (the depth gate: how many of the D steps a round takes, scheduler/depth.py),
+    :ml=N (a gated call round's first N steps the mid's).
     So one run can sweep the tree's shape side by side, e.g.
     `all-small,all-small:d=3,all-small:w=4:k=2`.
     Values are validated as in models.yaml."""

@@ -349,7 +349,8 @@ class Engine:
                                       threads=thread_candidates(self.device))
             s.verify_growth = self.pruner.verify_cost.growth()
             if drafting.depth_gate == "yield" and isinstance(plan, Stepwise):
-                s.depth_gate = DepthGate(drafting.depth)
+                gated = method.name == "treegraft" and drafting.mid_gate == "yield"
+                s.depth_gate = DepthGate(drafting.depth, drafting.mid_lead if gated else 1)
         self.target.start(s.committed)
         self.mid.start(self.target.head_features() if self.target.keep_features else None)
         if plan is not None and plan.calls_mid and drafting.mid_prefill:

@@ -141,7 +141,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
     if spec.name == "treegraft" and drafting.mid_gate == "yield":
         from .scheduler.online import GatedPolicy
 
-        return GatedPolicy()
+        return GatedPolicy(drafting.mid_lead)
     if spec.name in SCHEDULED:
         from .scheduler.policy import LearnedPolicy, OraclePolicy, SchedulerFile
 

@@ -153,22 +153,23 @@ class YieldGate:
 
 
 class GatedPolicy(Policy):
-    """`treegraft` with `mid_gate = "yield"`: step 1 by the request's yield gate, the later steps the n-gram
-    drafter's. The margin it reports at step 1 is the gate's bound (tokens per ms, as g_psi's margin)."""
+    """`treegraft` with `mid_gate = "yield"`: step 1 by the request's yield gate; in a call round steps 2..`lead`
+    the mid's too (`DraftingConfig.mid_lead`), the later steps the n-gram drafter's. The margin it reports at
+    step 1 is the gate's bound (tokens per ms, as g_psi's margin)."""
 
     name = "treegraft"
     calls_every_round = True  # it calls at the first rounds of every request: the mid reads the prompt in the prefill
     observes = True
 
-    def __init__(self):
-        self.gate, self.called = YieldGate(), False
+    def __init__(self, lead: int = 1):
+        self.gate, self.called, self.lead = YieldGate(), False, lead
 
     def start_round(self) -> None:
         self.called = False
 
     def decide(self, st: StepState) -> Decision:
         if st.k > 1:
-            return Decision(SMALL)
+            return Decision(MID if self.called and st.k <= self.lead else SMALL)
         self.called = self.gate.wants_call()
         return Decision(MID if self.called else SMALL, self.gate.bound, by="yield")
 
