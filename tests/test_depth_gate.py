@@ -176,3 +176,8 @@ def test_the_gate_is_switched_per_method_and_per_generation():
     for flag, want in ((["--depth-gate", "off"], "off"), (["--depth-gate", "yield"], "yield")):
         args = build_parser().parse_args(["generate", "--prompt", "x", *flag])
         assert settings_from_args(pair, args)[0].depth_gate == want
+    assert pair.drafting.mid_lead == 2  # the default pair's call rounds: the head's first two steps
+    lead = settings_from_args(pair, build_parser().parse_args(["generate", "--prompt", "x", "--mid-lead", "1"]))[0]
+    assert lead.mid_lead == 1
+    with pytest.raises(ConfigError, match="mid_lead"):
+        settings_from_args(pair, build_parser().parse_args(["generate", "--prompt", "x", "--mid-lead", "0"]))

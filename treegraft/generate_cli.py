@@ -34,6 +34,8 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--mid-gate", choices=["yield", "off"], default=None,
                    help="treegraft's step 1: a mid call while this request's calls measured a gain (yield), or the "
                         "learned scheduler at every step (off, the paper; default: the pair's setting)")
+    g.add_argument("--mid-lead", type=int, default=None,
+                   help="with --mid-gate yield: a call round's first N steps are the mid's (default: the pair's setting)")
     g.add_argument("--depth-gate", choices=["yield", "off"], default=None,
                    help="how many of the D steps a round takes: the depth whose steps paid for their time in this "
                         "request (yield), or always D (off, the paper; default: the pair's setting)")
@@ -59,7 +61,7 @@ def settings_from_args(pair, args):
     drafting = with_overrides(pair.drafting, depth=args.depth, width=args.width, top_k=args.draft_top_k,
                               budget=args.budget, adaptive_budget=on_off(args.adaptive_budget),
                               scores=args.scores, mid_levels=args.mid_levels, corpus=on_off(args.corpus),
-                              mid_gate=args.mid_gate, depth_gate=args.depth_gate,
+                              mid_gate=args.mid_gate, mid_lead=args.mid_lead, depth_gate=args.depth_gate,
                               schedule=parse_schedule(args.schedule) if args.schedule else None)
     gen = with_overrides(pair.generation, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_p=args.top_p, top_k=args.top_k)
