@@ -60,8 +60,8 @@ HEAD_TASKS := 5280
 distill-head: install
 	$(PY) -m pip install -q -r requirements-distill.txt
 	$(PY) -m treegraft distill --pair default --kind head --data mix --windows 400 --answers $(HEAD_ANSWERS) --tasks $(HEAD_TASKS) \
-		--first-block 10 --first-task-block 9 --answer-store models/smollm2-answers --depths 2 \
-		--loss candidates --precision auto --minutes 25 --seed 0 --init-from models/smollm2-head --head-taps 2,15 --out artifacts/head-run \
+		--first-block 4 --first-task-block 3 --answer-store models/smollm2-answers --depths 2 \
+		--loss candidates --precision auto --minutes 20 --seed 0 --init-from models/smollm2-head --head-taps 2,15 --out artifacts/head-run \
 		--eval-per-category 2 \
 		--promote $(ARGS)
 
