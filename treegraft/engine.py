@@ -20,7 +20,7 @@ from .drafters import make_mid_drafter
 from .drafters.ngram import NgramIndex
 from .kv import Stopwatch
 from .drafters.cascade import Cascade
-from .methods import SCHEDULED, AllMid, MethodSpec, RoundOutcome, StepState, Stepwise, build_method
+from .methods import SCHEDULED, AllMid, MethodSpec, RoundOutcome, StepState, Stepwise, build_method, yield_gated
 from .models import LoadedPair
 from .profile import Profile
 from .scheduler.depth import DepthGate
@@ -349,8 +349,7 @@ class Engine:
                                       threads=thread_candidates(self.device))
             s.verify_growth = self.pruner.verify_cost.growth()
             if drafting.depth_gate == "yield" and isinstance(plan, Stepwise):
-                gated = method.name == "treegraft" and drafting.mid_gate == "yield"
-                s.depth_gate = DepthGate(drafting.depth, drafting.mid_lead if gated else 1)
+                s.depth_gate = DepthGate(drafting.depth, drafting.mid_lead if yield_gated(method, drafting) else 1)
         self.target.start(s.committed)
         self.mid.start(self.target.head_features() if self.target.keep_features else None)
         if plan is not None and plan.calls_mid and drafting.mid_prefill:
@@ -394,7 +393,7 @@ class Engine:
                                   drafting.verify_cost_cap, threads=thread_candidates(self.device))
         if method.name in SCHEDULED:
             self.calibrate_mid(prompt_ids, drafting)  # off the clock too
-        if method.name == "treegraft" and drafting.mid_gate == "yield":
+        if yield_gated(method, drafting):
             self.calibrate_call(prompt_ids, drafting)
         watch = Stopwatch(self.device)
         s = self.start(prompt_ids, method, drafting, gen, seed)

@@ -133,12 +133,17 @@ class Fixed(Policy):
 SCHEDULED = ("treegraft", "oracle")  # methods whose policy reads a trained scheduler file and the timing means
 
 
+def yield_gated(spec: MethodSpec, drafting: DraftingConfig) -> bool:
+    """`treegraft` whose step 1 the request's yield gate decides (scheduler/online.py), not the learned scheduler."""
+    return spec.name == "treegraft" and drafting.mid_gate == "yield"
+
+
 def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | None = None,
                 b0: int | None = None) -> Policy:
     """The policy of a method; `treegraft`/`oracle` need the pair's trained scheduler file and fall back
     to the fixed schedule, saying so in `policy.note`, when the pair has none. `treegraft` with
     `mid_gate = "yield"`: step 1 by the request's yield gate (scheduler/online.py), the later ones the n-gram's."""
-    if spec.name == "treegraft" and drafting.mid_gate == "yield":
+    if yield_gated(spec, drafting):
         from .scheduler.online import GatedPolicy
 
         return GatedPolicy(drafting.mid_lead)

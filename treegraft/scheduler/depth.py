@@ -15,8 +15,9 @@ and b, a round's ms less its steps' costs. (Charging each step a share of the ro
 the cut and the acceptance walk, by the nodes it added was tried: the gate then ended treegraft's rounds too early,
 0.997x of D = 5 against 1.022x without it; docs/tuning.md.) A round takes
 d* = argmax_d (1 + sum_{k<=d} m_k) / (b + sum_{k<=d} c_k) steps, the depth with the most tokens per ms (means kept
-apart by who took step 1: `DepthGate`). A round whose step 1 is a head call takes at least 2 steps (`mid_lead` + 1
-where the call round's first `mid_lead` steps are the head's): its n-gram drafter's first step is step 2, so the call only adds to what the n-gram drafter finds (and the yield gate's
+apart by who took step 1: `DepthGate`). A round whose step 1 is a head call takes at least the n-gram drafter's
+first step: step 2, or `mid_lead` + 1 where a call round's first `mid_lead` steps are the head's (the default pair:
+3). So the call only adds to what the n-gram drafter finds (and the yield gate's
 counterfactual, what the n-gram drafter's nodes alone would have committed, has those nodes to read). Without that
 floor a request whose first call rounds accepted nothing learned d* = 1 for them and ran the head alone from then
 on: on a translation the n-gram drafter copies (unseen-translation-01, fp32, 2026-12-06), 11 rounds of head-only

@@ -29,7 +29,9 @@ separates them is what the calls have yielded so far in the request, and a verif
   without a step-1 call), the mean-only rule kept 1.036x of all-small's speed, the bound 1.053x, calling always
   1.052x.
 
-The later steps are the n-gram drafter's. The learned scheduler is not asked there: trained on all 2^D
+A call round's steps 2..`mid_lead` are the head's too (`DraftingConfig.mid_lead`; the default pair 2, its chain two
+deep: 1.011-1.017x the speed of a step-1 call alone paired, docs/tuning.md); the later steps are the n-gram drafter's.
+The learned scheduler is not asked there: trained on all 2^D
 schedules, it calls the mid at steps 3-5 of every round that had a step-1 call (margin +0.1 to +0.2 where it
 reads -0.2 to -0.7 otherwise), which took those rounds from ~2 to ~12 ms of mid time for no more tokens
 (sum-01 of the bench suite, fp32, Zen 5), and without a step-1 call it calls on 0% of steps (final-1204d).
