@@ -61,7 +61,7 @@ class DraftingConfig(_Strict):
     mid_gate: Literal["yield", "off"] = Field(
         "off", description="treegraft's step 1: 'yield' = a mid call while this request's earlier calls measured "
         "more tokens per ms than their rounds would have had without them (scheduler/online.py), the n-gram "
-        "drafter taking the later steps; 'off' = the learned scheduler decides every step (the paper)")
+        "drafter taking the steps after `mid_lead`; 'off' = the learned scheduler decides every step (the paper)")
     mid_lead: int = Field(1, ge=1, le=16, description="with mid_gate 'yield': a call round's first this many steps "
                           "are the mid's (its chain grows this deep before the n-gram drafter's first step; "
                           "scheduler/online.py); 1: the call at step 1 alone")

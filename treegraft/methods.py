@@ -142,7 +142,8 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
                 b0: int | None = None) -> Policy:
     """The policy of a method; `treegraft`/`oracle` need the pair's trained scheduler file and fall back
     to the fixed schedule, saying so in `policy.note`, when the pair has none. `treegraft` with
-    `mid_gate = "yield"`: step 1 by the request's yield gate (scheduler/online.py), the later ones the n-gram's."""
+    `mid_gate = "yield"`: step 1 by the request's yield gate (scheduler/online.py), a call round's steps up to
+    `mid_lead` the mid's, the later ones the n-gram's."""
     if yield_gated(spec, drafting):
         from .scheduler.online import GatedPolicy
 
