@@ -200,15 +200,26 @@ def make_generate(runtime: Runtime, statuses, panel):
         with lock:
             warm_up(engine, ids, spec, drafting, gen, seed)
         yield from stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view, stop, request.session_hash)
+        drawn = view.present  # the style the finished trace's figures were drawn in
+
+        def update(status: str, with_files: bool = False) -> dict:
+            """The counters; the figures again too where presentation mode was toggled since they were drawn (a
+            toggle that reached the server after the finished frame was computed would otherwise be undone)."""
+            nonlocal drawn
+            view.present = presenting(request.session_hash, view.present)
+            out = panel.counters_update(view, status, with_files)
+            if view.present != drawn:
+                out, drawn = {**panel.restyle(view), **out}, view.present
+            return out
+
         for label in view.order[1:]:
             if stop.is_set():
                 break
             with lock:
                 res = engine.generate(ids, MethodSpec(label), drafting, gen, seed, should_stop=stop.is_set)
             view.runs[label] = run_record(res, done=not stop.is_set())
-            view.present = presenting(request.session_hash, view.present)
-            yield panel.counters_update(view, f"Compared with **{label}**.")
-        yield panel.counters_update(view, "Done." if not stop.is_set() else "Stopped.", with_files=True)
+            yield update(f"Compared with **{label}**.")
+        yield update("Done." if not stop.is_set() else "Stopped.", with_files=True)
         _stop_flags.pop(request.session_hash, None)
 
     return generate
