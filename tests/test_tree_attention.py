@@ -86,8 +86,9 @@ def test_lazy_acceptance_reads_only_the_rows_it_walks(fp32_pair, prefix):
 def test_lead_rows_come_with_the_forward_and_equal_rows_read_alone(fp32_pair, prefix):
     """A lazy verification that names its likely path computes those rows with the root's in one head call;
     the acceptance then computes only rows off that path; every row equals the one computed alone (bit for bit
-    where the 1- and 4-row head paths chosen at load share one FMA chain, the packed ones; to float rounding
-    where load-time timing picked stock for one of them), and the walk is the eager one's."""
+    where the 1- and 4-row head paths chosen at load share one FMA chain, the packed ones; within the float
+    rounding bound of two summation orders where load-time timing picked stock or weight_left for one of them: a
+    CI host's timing did, and a fixed 1e-5 tolerance failed on a 2e-5 difference), and the walk is the eager one's."""
     from treegraft.accept import accept
 
     target = TargetModel(fp32_pair.target, lazy=True)
@@ -103,11 +104,15 @@ def test_lead_rows_come_with_the_forward_and_equal_rows_read_alone(fp32_pair, pr
     assert sorted(logits.computed) == sorted({0, u, w, 3}) and logits.extra_rows == 0
     head = fp32_pair.target.get_output_embeddings()
     table = getattr(fp32_pair.target, "kernel_table", None)  # the head's paths, chosen by timing at load
-    same_chain = table is None or {table.path("head", 1), table.path("head", 4)} <= {"packed", "packed16"}
+    same_chain = table is not None and {table.path("head", 1), table.path("head", 4)} <= {"packed", "packed16"}
     for r in (0, u, w, 3):  # one FMA chain per output on the packed paths: bit-equal; else to float rounding
-        alone = head(target.features[r:r + 1])[0]
-        assert torch.equal(logits.computed[r], alone) if same_chain else \
-            torch.allclose(logits.computed[r], alone, rtol=1e-5, atol=1e-5), r
+        x = target.features[r:r + 1]
+        alone = head(x)[0]
+        if same_chain:
+            assert torch.equal(logits.computed[r], alone), r
+        else:  # two summation orders of K products: each within K eps sum|w x| of the exact sum
+            bound = 2 * x.shape[-1] * torch.finfo(torch.float32).eps * (x.abs() @ head.weight.abs().T)[0]
+            assert ((logits.computed[r] - alone).abs() <= bound).all(), r
     acc = accept(tree, nodes, logits, GenerationConfig(max_new_tokens=4), None)
     assert acc.path[:3] == [0, u, w]
     assert logits.extra_rows == len(set(acc.rows) - {0, u, w, 3})  # only the bonus row after w, if any
