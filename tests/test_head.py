@@ -353,6 +353,7 @@ def test_distillation_runs_and_resumes(tmp_path):
     s2 = HeadSettings(seq_len=16, batch=4, max_steps=5, depths=2, save_every=2, minutes=5, eval_every=1, patience=0)
     meta = fit(DraftHead.from_target(target), ids, feats, rows, s2, tmp_path, resume=True)
     assert meta["steps"] == 5  # continued from step 3, not restarted
+    assert [(g["from_step"], g["steps"]) for g in meta["segments"]] == [(0, 3), (3, 2)]  # both runs recorded
     assert meta["passes"] == 2 and [e["step"] for e in meta["log"]] == [4, 5]
     assert all(0 <= a <= 1 for e in meta["log"] for a in e["val_top1"])
     head = load_head(tmp_path, target, torch.float32, torch.device("cpu"))

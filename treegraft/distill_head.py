@@ -43,7 +43,8 @@ target's greedy tokens, per depth.
 several times cheaper where the CPU has native bf16; `auto` picks bf16 there
 and float32 elsewhere. `--profile-step` times both where both are native.
 
-Resumable (`--resume`: weights, optimiser, step, data RNG), a tqdm bar, seeded.
+Resumable (`--resume`: weights, optimiser, step, data RNG; distill.json keeps where the run started and one
+segment per run of the loop), a tqdm bar, seeded.
 """
 from __future__ import annotations
 
@@ -310,8 +311,11 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         gen.set_state(state["gen"])
         cur = state.get("curriculum", {**cur, "passes": s.depths})
         print(f"resumed at step {step} ({elapsed / 60:.1f} min), {cur['passes']} pass(es)", flush=True)
+        before = _read_meta(out)  # the run so far: where it started and its earlier segments
+        meta = {**{k: before[k] for k in ("init_from", "segments") if k in before}, **(meta or {})}
     meta = {**(meta or {}), "settings": asdict(s), "trainable_params": sum(p.numel() for p in params),
             "autocast": str(amp).removeprefix("torch.") if amp else None}
+    first_step = step
     budget = 60 * s.minutes
     bar = tqdm(total=int(budget), unit="s", desc="head training")
     start, last_acc = time.time(), []
@@ -334,6 +338,8 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
     bar.close()
     elapsed += time.time() - start
     _checkpoint(ckpt, head, opt, step, elapsed, gen, cur)
+    segment = {"from_step": first_step, "steps": step - first_step, "minutes": s.minutes, "lr": s.lr}
+    meta.update(segments=[*meta.get("segments", []), segment])  # one per run of fit: a resumed run adds one
     meta.update(steps=step, tokens_seen=step * s.batch * s.seq_len, train_minutes=round(elapsed / 60, 1),
                 train_top1_last_batch=[round(a, 3) for a in last_acc], passes=cur["passes"], log=cur["log"])
     save_head(head, out, meta)
