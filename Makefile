@@ -46,14 +46,14 @@ distill: install
 	$(PY) -m treegraft distill --pair smollm2-lm --kind lm --layers 4 --minutes 55 --seed 0
 
 # the default pair's draft head: trains in artifacts/head-run from the committed head, on the target's own
-# answers to the latest blocks (runs 15-16: chat blocks 10-11 of 640 prompts, task blocks 9-10 of 480, read
+# answers to the blocks of run 17 (chat blocks 4-11 of 640 prompts, task blocks 3-10 of 480, read
 # from the repository's answer store models/smollm2-answers, answered there when missing) + distillation text,
 # with the cheaper candidates loss (under bf16 autocast where the CPU has native bf16), reading the target's layers 2 and
 # 15 as well (--head-taps: EAGLE-3's fused features, from run 16), then copies it into
 # models/smollm2-head if its agreement table is better; the next run adds blocks: raise HEAD_ANSWERS / HEAD_TASKS and
 # --first-block / --first-task-block past these (docs/model-card.md);
 # ARGS=--resume continues the run in artifacts/head-run (another --minutes; on a fresh machine it starts from
-# the committed head)
+# the committed head); the shipped head (run 18) is run 17 continued so: ARGS='--resume --lr 0.00025'
 # the blocks distill-head trains on and the corpus store reads (--answers / --tasks: whole blocks of 640 / 480)
 HEAD_ANSWERS := 7680
 HEAD_TASKS := 5280
