@@ -303,6 +303,7 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
     step, elapsed = 0, 0.0
     cur = {"passes": 1 if s.depths > 1 else s.depths, "best": -1.0, "stale": 0, "log": []}  # the curriculum
     gen = torch.Generator().manual_seed(s.seed)
+    carried = {}  # a resumed run's record so far: where it started and its earlier segments
     if resume and ckpt.exists():
         state = torch.load(ckpt)
         head.load_state_dict(state["head"], strict=False)
@@ -311,9 +312,8 @@ def fit(head: DraftHead, ids: torch.Tensor, feats: torch.Tensor, rows: torch.Ten
         gen.set_state(state["gen"])
         cur = state.get("curriculum", {**cur, "passes": s.depths})
         print(f"resumed at step {step} ({elapsed / 60:.1f} min), {cur['passes']} pass(es)", flush=True)
-        before = _read_meta(out)  # the run so far: where it started and its earlier segments
-        meta = {**{k: before[k] for k in ("init_from", "segments") if k in before}, **(meta or {})}
-    meta = {**(meta or {}), "settings": asdict(s), "trainable_params": sum(p.numel() for p in params),
+        carried = {k: v for k, v in _read_meta(out).items() if k in ("init_from", "segments")}
+    meta = {**carried, **(meta or {}), "settings": asdict(s), "trainable_params": sum(p.numel() for p in params),
             "autocast": str(amp).removeprefix("torch.") if amp else None}
     first_step = step
     budget = 60 * s.minutes
