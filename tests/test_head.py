@@ -732,3 +732,59 @@ def test_mid_top_k_bounds_the_children_a_mid_step_grafts(tiny_head_engine):
         res = tiny_head_engine.generate(ids, MethodSpec("fixed"), d, GenerationConfig(max_new_tokens=3))
         tree = res.rounds[0].tree
         assert sum(p == 0 and dr == MID for p, dr in zip(tree.parent, tree.drafter)) == mk
+
+
+def test_followup_blocks_are_held_out_three_turn_conversations_and_train_as_their_own_part(
+        fp32_pair, monkeypatch, tmp_path):
+    """Follow-up prompts are ShareGPT conversations' first three turns (user, assistant, user: the bench's chat
+    shape) in one fixed order: none with a bench or unseen-suite turn, none repeated, none past the token limit,
+    none of a two-turn conversation; block b is the same whatever is asked for past it, and the head's feature
+    cache trains on each answered block as a part of its own."""
+    import json
+    import random
+
+    import treegraft.answers as answers
+    import treegraft.distill as distill
+    import treegraft.distill_head as dh
+    from treegraft.answers import AnswerSettings, bench_texts, followup_block_prompts
+    from treegraft.prompts import load_prompts
+
+    def conv(i, follow="Can you say more about that?"):
+        return [{"role": "user", "content": f"Tell me about topic {i}."},
+                {"role": "assistant", "content": f"Topic {i} is a topic."},
+                {"role": "user", "content": follow}, {"role": "assistant", "content": "More."}]
+
+    bench, unseen = sorted(bench_texts())[0], load_prompts("unseen")[0].messages[0]
+    convs = [conv(i) for i in range(60)]
+    convs += [conv(1000, bench), conv(1001, unseen), conv(3), conv(1002, "word " * 400), conv(1003)[:2]]
+
+    def conversations(limit, seed):
+        out = list(convs)
+        random.Random(seed).shuffle(out)
+        return out[:limit]
+
+    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
+    tok = fp32_pair.tokenizer
+    one, two = AnswerSettings(followups=20, block=20), AnswerSettings(followups=40, block=20)
+    assert (one.followup_blocks, two.followup_blocks) == (1, 2)
+    assert one.followup_file(0) == two.followup_file(0) != two.followup_file(1) != two.cache_file(1)
+    blocks = [followup_block_prompts(tok, two, b) for b in range(2)]
+    assert followup_block_prompts(tok, one, 0) == blocks[0] and [len(b) for b in blocks] == [20, 20]
+    texts = [tok.decode(ids) for b in blocks for ids in b]
+    assert len(set(texts)) == 40
+    for t in texts:
+        assert t.count("<|im_start|>user") == 2 and t.count("<|im_start|>assistant") == 2  # + the generation header
+        assert "Can you say more about that?" in t and "Topic" in t
+    assert not any(s in t for t in texts for s in (bench, unseen, "topic 1000.", "topic 1002.", "topic 1003."))
+
+    monkeypatch.setattr(answers, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(dh, "cache_root", lambda: tmp_path)
+    gen = torch.Generator().manual_seed(0)
+    for b in range(2):  # answered blocks of 20 answers, 40 tokens each (in the tiny target's vocabulary)
+        rows = [{"ids": torch.randint(0, VOCAB, (40,), generator=gen).tolist(), "prompt_len": 4, "sampled": False}
+                for _ in range(20)]
+        two.followup_file(b).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = AnswerSettings(prompts=0, followups=40, first_block=1, block=20)  # no chat block: follow-ups only
+    ids, feats, info = dh.feature_cache(tiny_model(1), tok, dh.HeadSettings(seq_len=16, answers=settings))
+    assert "answers" not in info and info["followups"]["answers"] == 40 and "three turns" in info["followups"]["source"]
+    assert len(ids) == info["windows"] == info["followups"]["windows"] > 0

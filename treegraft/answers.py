@@ -13,7 +13,9 @@ answers are appended to its own JSONL file under the cache folder as they are
 made, so an interrupted run continues where it stopped (`--resume` or not: the
 files are the state). Task prompts (`task_prompts.py`) come in blocks of
 `task_block` the same way: block b is composed with seed + b, none repeating an
-earlier block's prompt, so more tasks only add blocks.
+earlier block's prompt, so more tasks only add blocks. Follow-up prompts
+(`followups`) are ShareGPT conversations' first three turns (user, assistant,
+user), the chat shape of the bench suite, in blocks of `block` the same way.
 
 Batched generation pads on the left; in float32 a padded row's greedy tokens are
 the target's greedy tokens up to rounding, which is what training needs (the loss
@@ -51,6 +53,9 @@ class AnswerSettings:
     task_block: int = 480  # task prompts per block (one cache file each)
     first_block: int = 0  # train on chat blocks first_block .. blocks - 1 (earlier ones: an earlier head's data)
     first_task_block: int = 0  # the same for task blocks
+    followups: int = 0  # 3-turn follow-up prompts answered too (0 = none; rounded up to whole blocks of `block`)
+    followup_prompt_tokens: int = 384  # the earlier assistant turn makes them longer
+    first_followup_block: int = 0  # the same for follow-up blocks
     store: str = ""  # a folder (relative to the repo root) keeping each finished block gzipped; "" = none
 
     def stored(self, path: Path) -> Path | None:
@@ -75,6 +80,14 @@ class AnswerSettings:
         return cache_root() / (f"answers-tasks{self.task_block}-{self.task_prompt_tokens}-{self.max_new_tokens}t-"
                                f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}"
                                + (f"-b{block}" if block else "") + ".jsonl")
+
+    @property
+    def followup_blocks(self) -> int:
+        return -(-self.followups // self.block)
+
+    def followup_file(self, block: int) -> Path:
+        return cache_root() / (f"answers-followups{self.block}-{self.followup_prompt_tokens}-{self.max_new_tokens}t-"
+                               f"s{self.sampled_share}-T{self.temperature}-seed{self.seed}-b{block}.jsonl")
 
 
 def bench_texts() -> set[str]:
@@ -151,6 +164,8 @@ def target_answers(target, tok, s: AnswerSettings) -> list[dict]:
     """[{"ids": prompt + answer, "prompt_len", "sampled"}] for every block, then the task prompts, each made (or
     continued) in its cache file."""
     rows = [row for b in range(s.first_block, s.blocks) for row in block_answers(target, tok, s, b)]
+    rows += [row for b in range(s.first_followup_block, s.followup_blocks)
+             for row in followup_block_answers(target, tok, s, b)]
     return rows + (task_answers(target, tok, s) if s.tasks else [])
 
 
@@ -188,6 +203,37 @@ def _task_block(tok, s: AnswerSettings, block: int) -> list[tuple[str, str, list
             out.append((kind, text, enc))
             skip.add(text.strip())
     return out
+
+
+def followup_block_prompts(tok, s: AnswerSettings, block: int) -> list[list[int]]:
+    """Chat-templated ids of one follow-up block: ShareGPT conversations' first three turns (user, assistant, user;
+    the bench's chat shape) in one fixed seeded order, of up to `followup_prompt_tokens`, none repeated and none
+    sharing a turn with the bench suites or the unseen suite; block b is the b-th `block` of them."""
+    from .distill import sharegpt_conversations
+
+    held_out = bench_texts() | {t.strip() for p in load_prompts("unseen") for t in p.messages}
+    seen, out = set(), []
+    for c in sharegpt_conversations(10 ** 9, s.seed + 2):
+        if len(out) == (block + 1) * s.block:
+            break
+        if len(c) < 3 or [t["role"] for t in c[:3]] != ["user", "assistant", "user"]:
+            continue
+        turns = [t["content"] for t in c[:3]]
+        key = (turns[0].strip(), turns[2].strip())
+        if key in seen or any(t.strip() in held_out for t in turns):
+            continue
+        enc = _encode(tok, turns)
+        if len(enc) <= s.followup_prompt_tokens:
+            seen.add(key)
+            out.append(enc)
+    return out[block * s.block:]
+
+
+def followup_block_answers(target, tok, s: AnswerSettings, block: int) -> list[dict]:
+    """One follow-up block's answers (`followup_block_prompts`)."""
+    return _answer_file(target, tok, s, s.followup_file(block), s.block,
+                        lambda: followup_block_prompts(tok, s, block),
+                        s.seed * 1_000 + 13_000_000 + block * 100_000, f"follow-up block {block}")
 
 
 def unseen_suite(tok, s: AnswerSettings, per_category: int = 6) -> list[dict]:

@@ -44,6 +44,7 @@ def _distill_head(args, pair) -> int:
     answers = AnswerSettings(prompts=args.answers, max_new_tokens=args.answer_tokens,
                              sampled_share=args.sampled_share, seed=args.seed, tasks=args.tasks,
                              first_block=args.first_block, first_task_block=args.first_task_block,
+                             followups=args.followups, first_followup_block=args.first_followup_block,
                              store=args.answer_store)
     s = HeadSettings(windows=args.windows, seq_len=args.seq_len or 256, batch=args.batch,
                      lr=args.lr or 5e-4, minutes=args.minutes, max_steps=args.max_steps, depths=args.depths,
@@ -285,6 +286,10 @@ def _add_distill(sub) -> None:
     d.add_argument("--first-block", type=int, default=0, help="head: train on chat blocks from this one (earlier "
                    "blocks: what the --init-from head already learned)")
     d.add_argument("--first-task-block", type=int, default=0, help="head: the same for task blocks")
+    d.add_argument("--followups", type=int, default=0,
+                   help="head: also answer this many follow-up prompts (ShareGPT conversations' first three turns: "
+                        "user, assistant, user; the bench's chat shape), in cached blocks of 640")
+    d.add_argument("--first-followup-block", type=int, default=0, help="head: the same for follow-up blocks")
     d.add_argument("--answer-store", default="", help="head: a folder (relative to the repo root) that keeps every "
                    "finished block gzipped and is read before answering one (models/smollm2-answers for the default)")
     d.add_argument("--answer-tokens", type=int, default=160, help="head: longest answer the target writes")

