@@ -788,3 +788,16 @@ def test_followup_blocks_are_held_out_three_turn_conversations_and_train_as_thei
     ids, feats, info = dh.feature_cache(tiny_model(1), tok, dh.HeadSettings(seq_len=16, answers=settings))
     assert "answers" not in info and info["followups"]["answers"] == 40 and "three turns" in info["followups"]["source"]
     assert len(ids) == info["windows"] == info["followups"]["windows"] > 0
+
+
+def test_shuffled_parts_equal_the_concatenation_in_the_seeded_order():
+    """The feature cache lays its parts out without holding them three times, in exactly the order concatenating
+    and permuting gave, so a resumed run (and every cached run before) sees the same windows in the same order."""
+    from treegraft.distill_head import _shuffled
+
+    gen = torch.Generator().manual_seed(1)
+    parts = [(torch.randint(0, 99, (k, 5), generator=gen), torch.randn(k, 5, 3, generator=gen), {}) for k in (7, 1, 12)]
+    order = torch.randperm(20, generator=torch.Generator().manual_seed(3))
+    want = torch.cat([p[0] for p in parts])[order], torch.cat([p[1] for p in parts])[order]
+    ids, feats = _shuffled(list(parts), 3)
+    assert torch.equal(ids, want[0]) and torch.equal(feats, want[1])

