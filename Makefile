@@ -52,6 +52,7 @@ distill: install
 # 15 as well (--head-taps: EAGLE-3's fused features, from run 16), then copies it into
 # models/smollm2-head if its agreement table is better; the next run adds blocks: raise HEAD_ANSWERS / HEAD_TASKS and
 # --first-block / --first-task-block past these (docs/model-card.md);
+# ARGS='--followups 1280' adds ShareGPT's three-turn chat prompts (run 19's data; it did not beat run 18, model card);
 # ARGS=--resume continues the run in artifacts/head-run (another --minutes; on a fresh machine it starts from
 # the committed head); the shipped head (run 18) is run 17 continued so: ARGS='--resume --lr 0.00025'
 # the blocks distill-head trains on and the corpus store reads (--answers / --tasks: whole blocks of 640 / 480)
