@@ -442,9 +442,6 @@ def test_mid_levels_cap_the_work_of_one_call():
 def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(fp32_pair, monkeypatch, tmp_path):
     """Block 0 is the training suite then ShareGPT's first turns (the first cache file); later blocks take
     further first turns in one fixed order, never repeating a prompt, so more prompts only add blocks."""
-    import random
-
-    import treegraft.distill as distill
     from treegraft.answers import AnswerSettings, answer_prompts, bench_texts
 
     convs = [[{"role": "user", "content": f"Question number {i}: what is {i} times {i + 1}?"},
@@ -456,12 +453,7 @@ def test_answer_blocks_are_disjoint_and_asking_for_more_keeps_the_answered_ones(
         convs[i][0]["content"] = bench  # a bench prompt is never answered for training
         convs[i + 5][0]["content"] = train  # block 0 has it already
 
-    def conversations(limit, seed):  # the package's parser over a synthetic file: seeded order, then a cut
-        out = list(convs)
-        random.Random(seed).shuffle(out)
-        return out[:limit]
-
-    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
+    seeded_sharegpt(monkeypatch, convs)
     tok = fp32_pair.tokenizer
     small = AnswerSettings(prompts=40, block=20)
     more = AnswerSettings(prompts=60, block=20)
@@ -543,6 +535,20 @@ def test_candidates_loss_keeps_every_top_token_and_trains(tmp_path):
     assert meta["steps"] == 3 and meta["settings"]["loss"] == "candidates"
     with pytest.raises(ValueError, match="unknown head loss"):
         fit(head, ids, feats, rows, HeadSettings(seq_len=16, batch=4, max_steps=1, loss="sampled"), tmp_path / "b")
+
+
+def seeded_sharegpt(monkeypatch, convs: list) -> None:
+    """ShareGPT replaced by `convs`, read as the package's parser reads its file: a seeded order, then a cut."""
+    import random
+
+    import treegraft.distill as distill
+
+    def conversations(limit, seed):
+        out = list(convs)
+        random.Random(seed).shuffle(out)
+        return out[:limit]
+
+    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
 
 
 def synthetic_sharegpt(monkeypatch) -> tuple[str, str]:
@@ -647,9 +653,6 @@ def test_the_unseen_suite_holds_no_prompt_either_drafter_learned_from(fp32_pair,
     block after the answered ones; none is an answered prompt (the head's training data and the n-gram corpus's
     documents) or a bench prompt, and each category has its count (a scheduler collected on it sees the drafters
     as the bench does)."""
-    import random
-
-    import treegraft.distill as distill
     from treegraft.answers import AnswerSettings, answer_prompts, bench_texts, task_block_prompts, unseen_suite
     from treegraft.task_prompts import KINDS
 
@@ -659,12 +662,7 @@ def test_the_unseen_suite_holds_no_prompt_either_drafter_learned_from(fp32_pair,
              for i in range(120)]
     convs += [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]] * 20  # repeats
 
-    def conversations(limit, seed):
-        out = list(convs)
-        random.Random(seed).shuffle(out)
-        return out[:limit]
-
-    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
+    seeded_sharegpt(monkeypatch, convs)
     tok = fp32_pair.tokenizer
     s = AnswerSettings(prompts=80, block=40, tasks=80, task_block=40)
     rows = unseen_suite(tok, s, per_category=3)
@@ -741,10 +739,8 @@ def test_followup_blocks_are_held_out_three_turn_conversations_and_train_as_thei
     none of a two-turn conversation; block b is the same whatever is asked for past it, and the head's feature
     cache trains on each answered block as a part of its own."""
     import json
-    import random
 
     import treegraft.answers as answers
-    import treegraft.distill as distill
     import treegraft.distill_head as dh
     from treegraft.answers import AnswerSettings, bench_texts, followup_block_prompts
     from treegraft.prompts import load_prompts
@@ -758,12 +754,7 @@ def test_followup_blocks_are_held_out_three_turn_conversations_and_train_as_thei
     convs = [conv(i) for i in range(60)]
     convs += [conv(1000, bench), conv(1001, unseen), conv(3), conv(1002, "word " * 400), conv(1003)[:2]]
 
-    def conversations(limit, seed):
-        out = list(convs)
-        random.Random(seed).shuffle(out)
-        return out[:limit]
-
-    monkeypatch.setattr(distill, "sharegpt_conversations", conversations)
+    seeded_sharegpt(monkeypatch, convs)
     tok = fp32_pair.tokenizer
     one, two = AnswerSettings(followups=20, block=20), AnswerSettings(followups=40, block=20)
     assert (one.followup_blocks, two.followup_blocks) == (1, 2)
