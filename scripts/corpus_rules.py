@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from treegraft.answers import AnswerSettings, _encode, generate_batch
+from treegraft.answers import AnswerSettings, chat_ids, generate_batch
 from treegraft.config import load_pair, resolve_path
 from treegraft.drafters.corpus import load_corpus
 from treegraft.drafters.ngram import BACKOFF, NgramIndex
@@ -64,7 +64,7 @@ def main() -> None:
     rows = []
     for i in range(0, len(prompts), 10):
         batch = prompts[i:i + 10]
-        ids = [_encode(tok, p.messages) for p in batch]
+        ids = [chat_ids(tok, p.messages) for p in batch]
         for p, enc, row in zip(batch, ids, generate_batch(loaded.target, ids, settings, False, pad,
                                                           tok.eos_token_id, 0)):
             rows.append((p.category, row[:len(enc)], row[len(enc):]))

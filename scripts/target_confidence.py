@@ -12,12 +12,13 @@ from pathlib import Path
 
 import torch
 
+from treegraft.answers import chat_ids
 from treegraft.config import load_pair
 from treegraft.distill_head import target_features, unrolled
 from treegraft.drafters.head import load_head
 from treegraft.models import load_draft_vocab, load_model, load_tokenizer
-from treegraft.target import final_part
 from treegraft.prompts import load_prompts, select
+from treegraft.target import final_part
 
 BANDS = (0.0, 0.3, 0.6, 0.9, 1.01)  # the target's probability of its greedy token
 
@@ -40,9 +41,7 @@ def main() -> None:
     out_w = target.get_output_embeddings().weight.float()  # [V, H]
     stats = defaultdict(lambda: [[0, 0] for _ in BANDS[1:]])  # category -> per band [positions, head hits]
     for p in select(load_prompts(args.suite), args.per_category):
-        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(p.messages)]
-        x = torch.tensor([tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False)])
+        x = torch.tensor([chat_ids(tok, list(p.messages))])  # [1, n]
         full = target.generate(x, max_new_tokens=args.max_new_tokens, do_sample=False)  # [1, T]
         feats = target_features(target, full, taps=head.taps, dtype=torch.float32)  # [1, T, F]
         probs = (final_part(feats[0], rows.shape[-1]) @ out_w.T).softmax(-1)  # [T, V]: position i -> token i + 1

@@ -132,12 +132,12 @@ def test_the_engine_drafts_from_the_corpus_and_stays_exact(engine):
 
 
 def test_corpus_documents_leave_out_sampled_answers_and_the_schedulers_prompts(fp32_pair):
-    from treegraft.answers import _encode, corpus_documents
+    from treegraft.answers import chat_ids, corpus_documents
     from treegraft.prompts import load_prompts
 
     tok = fp32_pair.tokenizer
-    train = _encode(tok, list(load_prompts("train")[0].messages))
-    other = _encode(tok, ["What is the capital of France?"])
+    train = chat_ids(tok, list(load_prompts("train")[0].messages))
+    other = chat_ids(tok, ["What is the capital of France?"])
     rows = [{"ids": other + [10, 11, 2], "prompt_len": len(other), "sampled": False},
             {"ids": other + [12, 2], "prompt_len": len(other), "sampled": True},
             {"ids": train + [13, 2], "prompt_len": len(train), "sampled": False}]
@@ -151,15 +151,15 @@ def test_corpus_documents_leave_out_answers_about_an_evaluated_prompts_passage(f
     prompt asks about (the unseen suite's code, articles and contexts were, until this filter): such an answer is
     left out of the store, an answer to an unrelated prompt is kept, and a prompt that shares only the chat
     template with an evaluated one is kept."""
-    from treegraft.answers import _encode, corpus_documents
+    from treegraft.answers import chat_ids, corpus_documents
     from treegraft.prompts import load_prompts
 
     tok = fp32_pair.tokenizer
     held = max((p for p in load_prompts("unseen") if p.category in ("code", "summarisation", "qa")),
                key=lambda p: len(p.messages[0]))  # the longest passage-bearing prompt (code, article or context)
     passage = held.messages[0][len(held.messages[0]) // 3:]  # the part after the instruction: its passage
-    same = _encode(tok, ["Explain what this does, line by line:\n" + passage])
-    other = _encode(tok, ["Write a haiku about the sea."])
+    same = chat_ids(tok, ["Explain what this does, line by line:\n" + passage])
+    other = chat_ids(tok, ["Write a haiku about the sea."])
     rows = [{"ids": same + [10, 2], "prompt_len": len(same), "sampled": False},
             {"ids": other + [11, 2], "prompt_len": len(other), "sampled": False}]
     docs = corpus_documents(tok, rows)

@@ -95,7 +95,8 @@ def bench_texts() -> set[str]:
     return {t.strip() for s in ("bench", "default") for p in load_prompts(s) for t in p.messages}
 
 
-def _encode(tok, turns: list[str]) -> list[int]:
+def chat_ids(tok, turns: list[str]) -> list[int]:
+    """Token ids of alternating user / assistant turns under the chat template, with the generation header."""
     msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
     return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
 
@@ -108,7 +109,7 @@ def _fitting(tok, s: AnswerSettings, texts: list[list[str]], skip: set[str], n: 
             break
         if any(t.strip() in held_out for t in turns) or turns[0].strip() in skip:
             continue
-        enc = _encode(tok, turns)
+        enc = chat_ids(tok, turns)
         if len(enc) <= s.max_prompt_tokens:
             ids.append(enc)
             firsts.append(turns[0].strip())
@@ -198,7 +199,7 @@ def _task_block(tok, s: AnswerSettings, block: int) -> list[tuple[str, str, list
             break
         if text.strip() in skip:
             continue
-        enc = _encode(tok, [text])
+        enc = chat_ids(tok, [text])
         if len(enc) <= s.task_prompt_tokens:
             out.append((kind, text, enc))
             skip.add(text.strip())
@@ -222,7 +223,7 @@ def followup_block_prompts(tok, s: AnswerSettings, block: int) -> list[list[int]
         key = (turns[0].strip(), turns[2].strip())
         if key in seen or any(t.strip() in held_out for t in turns):
             continue
-        enc = _encode(tok, turns)
+        enc = chat_ids(tok, turns)
         if len(enc) <= s.followup_prompt_tokens:
             seen.add(key)
             out.append(enc)
@@ -342,10 +343,10 @@ def corpus_documents(tok, rows: list[dict]) -> list[list[int]]:
     shares a passage with an evaluated prompt (`held_out_passages`): task prompts are composed from a pool of
     passages (task_prompts.py), so a later block can ask about the code or article an evaluated prompt asks
     about, and the store would then hold the target's answer about it."""
-    header = len(_encode(tok, ["x"])) - len(list(tok.apply_chat_template(
+    header = len(chat_ids(tok, ["x"])) - len(list(tok.apply_chat_template(
         [{"role": "user", "content": "x"}], add_generation_prompt=False, tokenize=True, return_dict=False)))
     header = max(0, header)
-    replayed = {tuple(_encode(tok, list(p.messages))) for p in load_prompts("train")}
+    replayed = {tuple(chat_ids(tok, list(p.messages))) for p in load_prompts("train")}
     held = held_out_passages(tok)
     return [r["ids"][max(0, r["prompt_len"] - header):] for r in rows
             if not r["sampled"] and tuple(r["ids"][:r["prompt_len"]]) not in replayed

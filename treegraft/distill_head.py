@@ -60,7 +60,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .answers import AnswerSettings, block_answers, describe, followup_block_answers, pack_windows, task_block_answers
+from .answers import (AnswerSettings, block_answers, chat_ids, describe, followup_block_answers, pack_windows,
+                      task_block_answers)
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
@@ -527,10 +528,7 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
     vocab = load_draft_vocab(pair.mid, len(tok))
     rows = target.get_output_embeddings().weight[vocab].float()
     prompts = select(load_prompts(suite), per_category, limit)
-    enc = []
-    for p in prompts:
-        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(p.messages)]
-        enc.append(list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)))
+    enc = [chat_ids(tok, list(p.messages)) for p in prompts]
     result = agreement(head, target, tok, rows, vocab, enc, max_new_tokens, categories=[p.category for p in prompts])
     meta = _read_meta(folder)
     by_category = result.pop("by_category")
