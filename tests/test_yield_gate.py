@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from treegraft.config import DraftingConfig, GenerationConfig
-from treegraft.methods import AllSmall, MethodSpec, RoundOutcome, StepState, make_policy
+from treegraft.methods import MethodSpec, RoundOutcome, StepState, make_policy
 from treegraft.scheduler.online import (DECAY, EXPLORE_FIRST, MIN_CALLS, PRIOR_ROUNDS, PRIOR_SD, Z, GatedPolicy, Yield,
-                                       YieldGate, drafted_yield, ngram_subtree, round_yield)
+                                       YieldGate, ngram_subtree, round_yield)
 from treegraft.tree import MID, SMALL, DraftTree, add_child, proposed_by
 
 L = np.log
@@ -83,66 +83,6 @@ def test_without_the_call_the_round_verifies_what_the_cut_makes_of_the_ngram_nod
     assert y.ms_without == pytest.approx(30.0 - (2.0 + (24.0 - 22.0) + 2 * 0.5))  # T(4) - T(2): 2 nodes more
     o.small_cut = lambda tree, nodes: nodes[nodes != a]  # an all-small cut would not have verified a
     assert round_yield(o).tokens_without == 1
-
-
-def small_tree():
-    """What an all-small round drafted from the call round's state: root -> a -> x; root -> d -> e."""
-    t = DraftTree.new(100, 16)
-    a, _ = add_child(t, 0, 1, L(.5), SMALL, 1)
-    x, _ = add_child(t, a, 5, L(.5), SMALL, 2)
-    d, _ = add_child(t, 0, 4, L(.5), SMALL, 1)
-    add_child(t, d, 6, L(.5), SMALL, 2)
-    return t
-
-
-def drafted(cut=None, small_ms=0.8, draft_ms=4.0, **kw) -> RoundOutcome:
-    """The call round of `call_tree` (path a, b, c) with `small_tree` as its drafted counterfactual."""
-    t, (a, b, c, d) = call_tree()
-    o = outcome(t, [a, b, c, d], [0, a, b, c], **kw)
-    o.small_cut = (lambda tree, nodes: nodes) if cut is None else cut
-    o.draft_ms, o.draft_small = draft_ms, lambda: (small_tree(), small_ms)
-    return o
-
-
-def test_a_drafted_counterfactual_commits_the_committed_tokens_its_cut_verified_then_the_targets_own():
-    y = drafted_yield(drafted(bonus=7))
-    # committed 1, 2, 3, 7; all-small drafted 1 -> 5: it verifies 1, then the target's token (2)
-    assert y.tokens == 4 and y.tokens_without == 2
-    # without the call: 30 ms less the round's 4 ms of drafting, plus all-small's 0.8 ms, T(4) -> T(4) (4 nodes
-    # each), 2 rows fewer
-    assert y.ms == 30.0 and y.ms_without == pytest.approx(30.0 - 4.0 + 0.8 + 0.0 - 2 * 0.5)
-    y = drafted_yield(drafted(bonus=7, cut=lambda tree, nodes: nodes[1:]))  # its cut would not verify a
-    assert y.tokens_without == 1 and y.ms_without == pytest.approx(30.0 - 4.0 + 0.8 - 1.0 - 3 * 0.5)
-
-
-def test_a_drafted_counterfactual_can_beat_the_call_round():
-    """Where all-small's own tree holds the committed tokens (and the call's round verified fewer), the gate reads a
-    loss: what the round's own n-gram nodes cannot show when the head's steps took the n-gram drafter's first."""
-    t, (a, b, c, d) = call_tree()
-    small = DraftTree.new(100, 16)
-    u, _ = add_child(small, 0, 1, L(.9), SMALL, 1)
-    u, _ = add_child(small, u, 2, L(.9), SMALL, 1)
-    u, _ = add_child(small, u, 3, L(.9), SMALL, 1)
-    add_child(small, u, 7, L(.9), SMALL, 1)
-    o = outcome(t, [a, b, c, d], [0, a, b, c], bonus=7)
-    o.small_cut, o.draft_ms, o.draft_small = (lambda tree, nodes: nodes), 4.0, (lambda: (small, 0.5))
-    y = drafted_yield(o)
-    assert y.tokens_without == 5 > y.tokens  # every committed token, then one more of the target's
-    assert y.ms_without < y.ms
-    assert round_yield(o).tokens_without < y.tokens  # the round's own n-gram nodes (a, d) read a gain
-
-
-def test_the_drafted_counterfactual_is_the_tree_an_all_small_round_drafts(tiny_head_engine):
-    engine = tiny_head_engine
-    drafting = DraftingConfig(depth=3, width=3, top_k=2, budget=8, mid_gate="yield", counterfactual="drafted")
-    s = engine.start(engine.encode(("t3 t5 t7 t3 t5 t9 t2 t3 t5",)), MethodSpec("treegraft"), drafting,
-                     GenerationConfig(max_new_tokens=4))
-    small, ms = engine.draft_all_small(s)
-    trial = engine.trial_round(s, AllSmall()).tree
-    assert small.n == trial.n > 1 and ms > 0
-    assert small.token[:small.n].tolist() == trial.token[:trial.n].tolist()
-    assert small.parent[:small.n].tolist() == trial.parent[:trial.n].tolist()
-    assert not proposed_by(small, np.arange(1, small.n), MID).any()
 
 
 NOTHING = Yield(tokens=2, ms=30.0, tokens_without=2, ms_without=25.0)  # a call that yields nothing, at 5 ms
@@ -238,10 +178,5 @@ def test_gated_treegraft_calls_at_step_one_only_measures_its_cost_and_keeps_the_
             lead = ["mid", "mid"] if r.steps[0].action == "mid" else ["small", "small"]
             assert [s.action for s in r.steps] == lead + ["small"] * (len(r.steps) - 2)
         assert any(r.steps[0].action == "mid" for r in led.rounds)
-        drafted_cf = drafting.model_copy(update={"mid_lead": 2, "counterfactual": "drafted"})
-        policy = make_policy(MethodSpec("treegraft"), drafted_cf)
-        assert policy.counterfactual is drafted_yield
-        res = engine.generate(ids, MethodSpec("treegraft"), drafted_cf, gen)
-        assert res.new_tokens == ar.new_tokens and any(r.steps[0].action == "mid" for r in res.rounds)
     finally:
         engine.timing_ms = saved

@@ -40,8 +40,7 @@ class BenchMethod:
 KNOBS = {"d": "depth", "w": "width", "k": "top_k", "b": "budget", "span": "span_max", "n": "ngram_max",
          "cap": "verify_cost_cap", "scores": "scores", "lv": "mid_levels", "corpus": "corpus",
          "sp": "small_pool", "ex": "expand", "pf": "mid_prefill", "gate": "mid_gate", "mk": "mid_top_k",
-         "lead": "lead", "dg": "depth_gate", "ml": "mid_lead",
-         "cf": "counterfactual"}
+         "lead": "lead", "dg": "depth_gate", "ml": "mid_lead"}
 
 
 def parse_methods(text: str, drafting: DraftingConfig) -> list[BenchMethod]:

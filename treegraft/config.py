@@ -65,11 +65,6 @@ class DraftingConfig(_Strict):
     mid_lead: int = Field(1, ge=1, le=16, description="with mid_gate 'yield': a call round's first this many steps "
                           "are the mid's (its chain grows this deep before the n-gram drafter's first step; "
                           "scheduler/online.py); 1: the call at step 1 alone")
-    counterfactual: Literal["drafted", "subtree"] = Field(
-        "subtree", description="with mid_gate 'yield': what the gate compares a call round with: 'drafted' = the "
-        "tree an all-small round would have drafted from the same state, drafted beside the call round (n-gram steps "
-        "only, no verification) and cut as all-small's; 'subtree' = the call round's own n-gram nodes "
-        "(scheduler/online.py)")
     lead: Literal["nodes", "path"] = Field(
         "nodes", description="with lazy logits and lead_rows: which kept nodes' logits rows the verification computes "
         "with the root's in one head call: 'nodes' = any, most likely first, while batching a row is cheaper than its "

@@ -17,7 +17,7 @@ import torch
 from .accept import Acceptance, accept, next_token
 from .config import DraftingConfig, GenerationConfig
 from .drafters import make_mid_drafter
-from .drafters.ngram import NgramIndex, SmallDrafter
+from .drafters.ngram import NgramIndex
 from .kv import Stopwatch
 from .drafters.cascade import Cascade
 from .methods import SCHEDULED, AllMid, MethodSpec, RoundOutcome, StepState, Stepwise, build_method, yield_gated
@@ -202,12 +202,8 @@ class Engine:
         return self.pruner.draft_budget(self.pruner.host_budget(d.budget, d.verify_cost_cap))
 
     def new_tree(self, s: Session) -> DraftTree:
-        self.mid.begin_round()
-        return self.blank_tree(s)
-
-    def blank_tree(self, s: Session) -> DraftTree:
-        """The root (the last committed token) of a round's tree, scored and sized as this session drafts."""
         d = s.drafting
+        self.mid.begin_round()
         k = max(d.top_k, d.mid_top_k or 0)
         tree = DraftTree.new(s.committed[-1], capacity=1 + d.depth * d.width * (k + d.span_max))
         if d.scores == "calibrated":
@@ -242,20 +238,7 @@ class Engine:
             v.tree, v.kept, v.acc.path, v.acc.bonus, 1000 * (v.draft_s + v.verify_s),
             1000 * sum(st.draft_s for st in v.steps if st.action == "mid"), self.pruner.token_row_ms(),
             self.verify_ms,
-            lambda tree, nodes: self.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap),
-            draft_ms=1000 * v.draft_s, draft_small=lambda: self.draft_all_small(s))
-
-    def draft_all_small(self, s: Session) -> tuple[DraftTree, float]:
-        """The tree an all-small round would have drafted from this state (n-gram steps only, as many as the depth
-        gate gives a round without a call; nothing verified, nothing learned) and its drafting ms: the yield gate's
-        counterfactual of a call round (`DraftingConfig.counterfactual` "drafted", scheduler/online.py). Called
-        before the round is committed, so the n-gram index is the round's."""
-        watch = Stopwatch(self.device)
-        tree, small = self.blank_tree(s), SmallDrafter()
-        depth = s.depth_gate.of("small").steps() if s.depth_gate is not None else s.drafting.depth
-        for k in range(1, depth + 1):
-            small.step(s, tree, k)
-        return tree, 1000 * watch.total()
+            lambda tree, nodes: self.pruner.cut_among(tree, nodes, d.budget, d.adaptive_budget, d.verify_cost_cap))
 
     def verify_ms(self, n: np.ndarray) -> np.ndarray:
         """T(n) [m] for n [m] verified non-root nodes, as the cut prices it (zeros before a calibration)."""

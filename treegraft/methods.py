@@ -84,9 +84,6 @@ class RoundOutcome:
     verify_ms: Callable[[np.ndarray], np.ndarray]  # T(n) on this host: [m] node counts -> [m] ms
     small_cut: Callable[[DraftTree, np.ndarray], np.ndarray]  # the tree's n-gram nodes -> those an all-small round
     # would have verified (Pruner.cut_among)
-    draft_ms: float = 0.0  # its drafting (every step, the mid's included)
-    draft_small: Callable[[], tuple[DraftTree, float]] | None = None  # drafts the tree an all-small round would have
-    # drafted from the same state, and its ms (Engine.draft_all_small)
 
 
 class Policy:
@@ -150,7 +147,7 @@ def make_policy(spec: MethodSpec, drafting: DraftingConfig, scheduler: str | Non
     if yield_gated(spec, drafting):
         from .scheduler.online import GatedPolicy
 
-        return GatedPolicy(drafting.mid_lead, drafting.counterfactual)
+        return GatedPolicy(drafting.mid_lead)
     if spec.name in SCHEDULED:
         from .scheduler.policy import LearnedPolicy, OraclePolicy, SchedulerFile
 

@@ -98,31 +98,6 @@ def round_yield(o: RoundOutcome) -> Yield:
     return Yield(len(path), o.round_ms, lead + 1, max(o.round_ms - saved, 1e-3))
 
 
-def drafted_yield(o: RoundOutcome) -> Yield:
-    """A call round's yield against the tree an all-small round would have drafted from the same state
-    (`o.draft_small`, drafted beside the call round; `DraftingConfig.counterfactual` "drafted"): cut as all-small's
-    cut would cut it, it would have committed the committed tokens it verified, in order, plus the target's token
-    after them (where it verified every one, that token is unknown: a' counts it as one, a lower bound). It would have
-    taken the round's time less its drafting, plus its own drafting, the verification of its cut in place of the
-    round's, and the logits rows of the tokens it commits in place of the round's."""
-    small, small_ms = o.draft_small()
-    cut = o.small_cut(small, np.flatnonzero(small.alive[1:small.n]) + 1)
-    verified = np.zeros(small.n, dtype=bool)
-    verified[cut] = True
-    committed = [int(o.tree.token[v]) for v in o.path[1:]] + [int(o.bonus)]
-    lead, node = 0, 0
-    for tok in committed:  # the committed tokens it would have verified, from its root
-        child = small.child_of.get((node, tok))
-        if child is None or not verified[child]:
-            break
-        lead, node = lead + 1, child
-    verify_with, verify_without = o.verify_ms(np.array([len(o.kept), len(cut)]))
-    tokens, tokens_without = len(o.path), lead + 1
-    ms_without = (o.round_ms - o.draft_ms + small_ms + float(verify_without - verify_with)
-                  + (tokens_without - tokens) * o.row_ms)
-    return Yield(tokens, o.round_ms, tokens_without, max(ms_without, 1e-3))
-
-
 class YieldGate:
     """Decayed sums over the request's call rounds (module docstring): O(1) to update and to read."""
 
@@ -188,9 +163,8 @@ class GatedPolicy(Policy):
     calls_every_round = True  # it calls at the first rounds of every request: the mid reads the prompt in the prefill
     observes = True
 
-    def __init__(self, lead: int = 1, counterfactual: str = "subtree"):
+    def __init__(self, lead: int = 1):
         self.gate, self.called, self.lead = YieldGate(), False, lead
-        self.counterfactual = drafted_yield if counterfactual == "drafted" else round_yield
 
     def start_round(self) -> None:
         self.called = False
@@ -202,4 +176,4 @@ class GatedPolicy(Policy):
         return Decision(MID if self.called else SMALL, self.gate.bound, by="yield")
 
     def observe(self, outcome: RoundOutcome) -> None:
-        self.gate.observe(self.called, self.counterfactual(outcome) if self.called else None)
+        self.gate.observe(self.called, round_yield(outcome) if self.called else None)
