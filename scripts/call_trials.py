@@ -1,9 +1,12 @@
 """What a step-1 head call adds to a round, measured: at every round of each prompt's generation (advanced with a call
-every round), interleaved trial rounds of all-small and of one head step at step 1 from the same state (caches rolled
-back), with the yield gate's own estimate of the call round (scheduler/online.round_yield) beside them, and what a
-rule could read before the call: the target's own confidence at the row that chose the round's root (its top-1
-probability `p1` and entropy `ent`, nats) and the previous round's accepted path (`prev_a`). One JSON row per round;
-`scripts/gate_replay.py` reads them. Run alone on the host (it times rounds).
+every round), interleaved trial rounds of all-small and of a call round (the pair's `mid_lead` head steps first, then
+the n-gram drafter's; trial rounds take all D steps) from the same state (caches rolled back), with the yield gate's
+own estimate of the call round (scheduler/online.round_yield) beside them, and what a rule could read before the
+call: the target's own confidence at the row that chose the round's root (its top-1 probability `p1` and entropy
+`ent`, nats), the previous round's accepted path (`prev_a`) and how many of its nodes the n-gram drafter proposed
+(`prev_small`), and the n-gram drafter at the root (`ng_order`: its longest matching suffix, `ng_p`: its top
+follower's p, `ng_span`: the span it would copy after it). One JSON row per round; `scripts/gate_replay.py` reads
+them. Run alone on the host (it times rounds).
 
     PYTHONPATH=. .venv/bin/python scripts/call_trials.py bench artifacts/call_trials-bench.json
 """
@@ -19,6 +22,7 @@ from treegraft.methods import AllSmall, Fixed, MethodSpec
 from treegraft.models import load_pair_models
 from treegraft.prompts import load_prompts, select
 from treegraft.scheduler.online import round_yield
+from treegraft.tree import SMALL, proposed_by
 
 
 def main(suite: str, out: str, pairs: int = 2) -> None:
@@ -29,7 +33,7 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
     eng.pruner.calibrate(eng.target, first, d.budget, d.verify_cost_cap, threads=[2, 1])
     eng.calibrate_mid(first, d)
     eng.calibrate_call(first, d)
-    call, rows = Fixed((1,) + (0,) * (d.depth - 1)), []
+    call, rows = Fixed((1,) * d.mid_lead + (0,) * (d.depth - d.mid_lead)), []  # a call round: the pair's mid_lead head steps
     head = eng.target.model.get_output_embeddings()
 
     @torch.no_grad()
@@ -43,9 +47,12 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
         s = eng.start(eng.encode(p.messages), MethodSpec("all-mid"), d, GenerationConfig(max_new_tokens=64))
         s.plan = s.plan.with_policy(call)
         # the first root is the prompt's last token: the target's confidence in it, at the prefill's last row
-        signals = dict(confidence(eng.target.features[-1]), prev_a=None)
+        signals = dict(confidence(eng.target.features[-1]), prev_a=None, prev_small=None)
         eng.trial_round(s, call)  # warm-up
         while eng.finished(s) is None:
+            props, order = s.ngram._propose([], 1)  # the n-gram drafter at the root, before any step
+            signals.update(ng_order=order, ng_p=props[0][1] if props else 0.0,
+                           ng_span=len(s.ngram.span(props[:1] and [props[0][0]], d.span_max)) if props else 0)
             ms, last = {"small": [], "call": []}, {}
             for _ in range(pairs):
                 for name, policy in (("small", AllSmall()), ("call", call)):
@@ -60,7 +67,9 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
             eng.learn(s, v)
             eng.commit(s, v.tree, v.acc)
             s.rounds += 1
-            signals = dict(confidence(eng.target.features[v.acc.rows[-1]]), prev_a=len(v.acc.path))
+            small = proposed_by(v.tree, np.asarray(v.acc.path[1:], dtype=np.int64), SMALL)
+            signals = dict(confidence(eng.target.features[v.acc.rows[-1]]), prev_a=len(v.acc.path),
+                           prev_small=int(small.sum()))
         eng.restore(state)
     json.dump(rows, open(out, "w"))
     m = {k: np.mean([r[k] for r in rows]) for k in ("a_small", "a_call", "ms_small", "ms_call", "y_a0", "y_ms0")}

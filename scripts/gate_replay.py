@@ -1,9 +1,10 @@
 """Replay step-1 rules on measured trial rounds (`scripts/call_trials.py` output): each round's outcome with or without
 the call, as the rule decides from the rounds before it (the gate sees only its own estimates of its call rounds).
 Prints the mean per-prompt speed against all-small's and the share of rounds called, then what no step-1 rule can beat
-on these rounds (hindsight: calling exactly where the call paid, per round or per prompt), what a rule reading the
-target's confidence at the root (`p1`, the target's top-1 probability there) would keep, and what calling always would
-give if a call round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens).
+on these rounds (hindsight: calling exactly where the call paid, per round or per prompt), what a rule reading one
+signal before the call would keep (`SIGNALS`: the target's top-1 probability at the root, the previous round's path,
+the n-gram drafter's match at the root; thresholds at their quartiles), and what calling always would give if a call
+round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens).
 
     PYTHONPATH=. .venv/bin/python scripts/gate_replay.py artifacts/call_trials-bench.json artifacts/call_trials-unseen.json
 """
@@ -15,6 +16,12 @@ import numpy as np
 
 from treegraft.scheduler import online
 from treegraft.scheduler.online import Yield, YieldGate
+
+
+# what a rule could read before a round's call (scripts/call_trials.py): the target's top-1 probability at the root,
+# the previous round's accepted path and its n-gram nodes, the n-gram drafter's match order, top p and copied span
+# at the root
+SIGNALS = ("p1", "prev_a", "prev_small", "ng_order", "ng_p", "ng_span")
 
 
 def replay(rounds: list[dict], rule) -> tuple[float, float, int]:
@@ -36,7 +43,7 @@ def speed(rounds: list[dict], called) -> float:
 
 def bounds(prompts: dict, cheaper: list[float]) -> dict[str, tuple[float, float]]:
     """{rule: (mean per-prompt speed against all-small's, share of rounds called)}: hindsight rules (no step-1 rule
-    beats them on these rounds), thresholds on the target's confidence at the root where the rows carry it, and
+    beats them on these rounds), thresholds on each of the `SIGNALS` the rows carry, and
     calling always with each call round `cheaper` ms shorter."""
     rounds = [r for rs in prompts.values() for r in rs]
     rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
@@ -45,11 +52,15 @@ def bounds(prompts: dict, cheaper: list[float]) -> dict[str, tuple[float, float]
     always = lambda k, rs: [True] * len(rs)  # noqa: E731
     rules = {"hindsight, per round": (lambda k, rs: [gain(r) > 0 for r in rs], 0.0),  # name -> (rule, ms cheaper)
              "hindsight, per prompt": (lambda k, rs: [per_prompt[k]] * len(rs), 0.0)}
-    if all("p1" in r for r in rounds):
+    for sig in SIGNALS:  # thresholds at the signal's quartiles (a round without it, the first, calls)
+        if not all(sig in r for r in rounds):
+            continue
         for q in (0.25, 0.5, 0.75):
-            cut = float(np.quantile([r["p1"] for r in rounds], q))
-            rules[f"call where p1 >= {cut:.2f}"] = (lambda k, rs, c=cut: [r["p1"] >= c for r in rs], 0.0)
-            rules[f"call where p1 < {cut:.2f}"] = (lambda k, rs, c=cut: [r["p1"] < c for r in rs], 0.0)
+            cut = float(np.quantile([r[sig] for r in rounds if r[sig] is not None], q))
+            rules[f"call where {sig} >= {cut:.2f}"] = (
+                lambda k, rs, c=cut, g=sig: [r[g] is None or r[g] >= c for r in rs], 0.0)
+            rules[f"call where {sig} < {cut:.2f}"] = (
+                lambda k, rs, c=cut, g=sig: [r[g] is None or r[g] < c for r in rs], 0.0)
     for c in cheaper:
         rules[f"always, a call {c:g} ms cheaper"] = (always, c)
     out = {}

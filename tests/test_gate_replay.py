@@ -42,3 +42,16 @@ def test_hindsight_bounds_every_rule_and_a_cheaper_call_pays_more(replay):
     assert one < four and out["always, a call 4 ms cheaper"][1] == 1.0
     # with the call 4 ms cheaper, prompt a's call rounds cost what all-small's do: a gains 2 tokens in 80 ms
     assert four == pytest.approx((6 / 80 / (4 / 80) + (8 / 82) / (8 / 80)) / 2)
+
+
+def test_a_signal_a_round_lacks_calls_there_and_each_signal_gets_its_quartile_rules(replay):
+    # prev_a: the previous round's path; a prompt's first round has none, so every rule on it calls there
+    prompts = {"a": [dict(trial(2, 40.0, 4, 44.0), prev_a=None), dict(trial(2, 40.0, 2, 44.0), prev_a=5)],
+               "b": [dict(trial(4, 40.0, 4, 45.0), prev_a=None), dict(trial(4, 40.0, 4, 45.0), prev_a=1)]}
+    out = replay.bounds(prompts, [])
+    rules = {k: v for k, v in out.items() if k.startswith("call where prev_a")}
+    assert len(rules) == 6 and not any(k.startswith("call where ng_") for k in out)  # only signals the rows carry
+    for _, share in rules.values():
+        assert share >= 0.5  # the two first rounds call under every threshold
+    high = out["call where prev_a >= 4.00"]  # the upper quartile of (5, 1): calls after a's long path (it lost there) and in the first rounds
+    assert high[1] == pytest.approx(0.75)
