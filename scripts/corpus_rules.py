@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from treegraft.answers import AnswerSettings, chat_ids, generate_batch
+from treegraft.answers import AnswerSettings, generate_batch
 from treegraft.config import load_pair, resolve_path
 from treegraft.drafters.corpus import load_corpus
 from treegraft.drafters.ngram import BACKOFF, NgramIndex
 from treegraft.models import load_pair_models
-from treegraft.prompts import load_prompts
+from treegraft.prompts import chat_ids, load_prompts
 
 RULES = ["context", "corpus", "corpus fills in", "longer leads (shipped)", "corpus leads on ties"]
 

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import torch
 
-from treegraft.answers import chat_ids
 from treegraft.config import load_pair
 from treegraft.distill_head import target_features, unrolled
 from treegraft.drafters.head import load_head
 from treegraft.models import load_draft_vocab, load_model, load_tokenizer
-from treegraft.prompts import load_prompts, select
+from treegraft.prompts import chat_ids, load_prompts, select
 from treegraft.target import final_part
 
 BANDS = (0.0, 0.3, 0.6, 0.9, 1.01)  # the target's probability of its greedy token

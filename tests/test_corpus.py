@@ -132,7 +132,8 @@ def test_the_engine_drafts_from_the_corpus_and_stays_exact(engine):
 
 
 def test_corpus_documents_leave_out_sampled_answers_and_the_schedulers_prompts(fp32_pair):
-    from treegraft.answers import chat_ids, corpus_documents
+    from treegraft.answers import corpus_documents
+    from treegraft.prompts import chat_ids
     from treegraft.prompts import load_prompts
 
     tok = fp32_pair.tokenizer
@@ -151,7 +152,8 @@ def test_corpus_documents_leave_out_answers_about_an_evaluated_prompts_passage(f
     prompt asks about (the unseen suite's code, articles and contexts were, until this filter): such an answer is
     left out of the store, an answer to an unrelated prompt is kept, and a prompt that shares only the chat
     template with an evaluated one is kept."""
-    from treegraft.answers import chat_ids, corpus_documents
+    from treegraft.answers import corpus_documents
+    from treegraft.prompts import chat_ids
     from treegraft.prompts import load_prompts
 
     tok = fp32_pair.tokenizer

@@ -53,5 +53,6 @@ def test_a_signal_a_round_lacks_calls_there_and_each_signal_gets_its_quartile_ru
     assert len(rules) == 6 and not any(k.startswith("call where ng_") for k in out)  # only signals the rows carry
     for _, share in rules.values():
         assert share >= 0.5  # the two first rounds call under every threshold
-    high = out["call where prev_a >= 4.00"]  # the upper quartile of (5, 1): calls after a's long path (it lost there) and in the first rounds
+    high = out["call where prev_a >= 4.00"]  # the upper quartile of (5, 1): the first rounds and the one after a's
+    # long path (it lost there)
     assert high[1] == pytest.approx(0.75)

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from .config import resolve_path
 from .models import cache_root
-from .prompts import load_prompts
+from .prompts import chat_ids, load_prompts
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,6 @@ class AnswerSettings:
 def bench_texts() -> set[str]:
     """Every turn of the bench suites' prompts (held out of training)."""
     return {t.strip() for s in ("bench", "default") for p in load_prompts(s) for t in p.messages}
-
-
-def chat_ids(tok, turns: list[str]) -> list[int]:
-    """Token ids of alternating user / assistant turns under the chat template, with the generation header."""
-    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
-    return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
 def _fitting(tok, s: AnswerSettings, texts: list[list[str]], skip: set[str], n: int) -> tuple[list, list]:

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 
 from .config import ModelSource, PairConfig
 from .models import load_model, load_tokenizer, pick_device, pick_dtype, share_embeddings
+from .prompts import chat_ids
 
 AGREEMENT_PROMPTS = [
     "What are three tips for staying healthy?",
@@ -153,8 +154,7 @@ def agreement(student, target, tok, device, max_new_tokens: int = 64) -> dict:
     """Top-1 / top-4 agreement of the student with the target, on the target's own greedy answers."""
     hits1 = hits4 = total = 0
     for prompt in AGREEMENT_PROMPTS:
-        ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=False, return_tensors="pt").to(device)
+        ids = torch.tensor([chat_ids(tok, [prompt])], device=device)  # [1, n]
         full = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
         n = ids.shape[1]
         t_logits = target(full).logits[0, n - 1:-1].float()

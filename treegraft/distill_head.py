@@ -60,8 +60,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .answers import (AnswerSettings, block_answers, chat_ids, describe, followup_block_answers, pack_windows,
-                      task_block_answers)
+from .answers import AnswerSettings, block_answers, describe, followup_block_answers, pack_windows, task_block_answers
 from .config import PairConfig, resolve_path
 from .distill import DistillSettings, token_stream
 from .drafters.head import HEAD_CONFIG, HEAD_WEIGHTS, DraftHead, save_head
@@ -519,7 +518,7 @@ def measure_agreement(pair: PairConfig, folder: Path, suite: str = "bench", limi
     """Agreement of the saved head in `folder` on a prompt suite's text (README model card); saved into
     the folder's distill.json."""
     from .drafters.head import load_head
-    from .prompts import load_prompts, select
+    from .prompts import chat_ids, load_prompts, select
 
     device = pick_device(pair.device)
     tok = load_tokenizer(pair.target)

@@ -25,6 +25,7 @@ from .models import LoadedPair
 from .profile import Profile
 from .scheduler.depth import DepthGate
 from .prompt_check import PromptError, check_length, check_special_only, check_text
+from .prompts import chat_ids
 from .prune import Pruner, probe_sizes
 from .target import TargetModel
 from .trace import GenerationResult, RoundTrace, StepTrace, TreeSnapshot
@@ -153,9 +154,7 @@ class Engine:
         check_special_only(self.tokenizer, turns[-1])
         tok = self.tokenizer
         if not raw and self.pair.config.chat_template and tok.chat_template:
-            msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
-            return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                                return_dict=False))
+            return chat_ids(tok, turns)
         return tok("\n".join(turns)).input_ids
 
     # --- one speculative round (SPEC 2, 3) ---------------------------------------------------------

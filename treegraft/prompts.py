@@ -23,6 +23,13 @@ class Prompt:
         return self.messages[-1]
 
 
+def chat_ids(tok, turns) -> list[int]:
+    """Token ids of alternating user / assistant turns under the tokenizer's chat template, with the generation
+    header (what the target answers from)."""
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
 def parse_line(line: str, where: str) -> Prompt:
     try:
         d = json.loads(line)
