@@ -20,7 +20,7 @@ def load_each_pair_once():
     real, loaded = models.load_pair_models, {}
 
     def once(pair, dtype=None):
-        key = (pair.model_dump_json(), str(models.pick_dtype(dtype or pair.dtype, models.pick_device(pair.device))))
+        key = (pair.model_dump_json(), str(models.pair_dtype(pair, dtype)))
         if key not in loaded:
             loaded[key] = real(pair, dtype)
         return loaded[key]

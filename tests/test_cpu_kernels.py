@@ -253,3 +253,69 @@ def test_the_default_pair_in_fp32_rounds_its_heads_weights_and_never_the_targets
     assert torch.equal(scorer.weight, scorer.weight.half().float())
     for w in (fp32_pair.target.get_output_embeddings().weight, fp32_pair.target.model.layers[0].mlp.down_proj.weight):
         assert not torch.equal(w, w.half().float())
+
+
+def test_auto_on_a_native_bf16_cpu_takes_bf16_only_where_it_measures_faster(monkeypatch):
+    """decode_dtype keeps bf16 where its best time is at most 90% of fp32's (scripted timings, by the layers'
+    dtype), and real timings on this host follow the same rule."""
+    from treegraft import cpu_kernels
+
+    real = cpu_kernels._time_bucket
+    for bf16_ms, want in ((1.5, torch.float32), (0.5, torch.bfloat16), (0.95, torch.float32)):
+        def scripted(layers, rows, cands, rounds, clock, bf16_ms=bf16_ms):
+            ms = bf16_ms if layers[0].weight.dtype == torch.bfloat16 else 1.0
+            return {p: ms for p, _ in cands}, None
+
+        monkeypatch.setattr(cpu_kernels, "_time_bucket", scripted)
+        dtype, ms = cpu_kernels.decode_dtype(64, 32)
+        assert dtype == want and ms == pytest.approx({"float32": 2.0, "bfloat16": 2 * bf16_ms})
+    monkeypatch.setattr(cpu_kernels, "_time_bucket", real)
+    dtype, ms = cpu_kernels.decode_dtype(256, 64, rounds=1)
+    assert ms["float32"] > 0 and ms["bfloat16"] > 0
+    assert (dtype == torch.bfloat16) == (ms["bfloat16"] <= cpu_kernels.MIN_GAIN * ms["float32"])
+
+
+def test_pick_dtype_measures_auto_only_on_a_cpu_with_native_bf16(monkeypatch):
+    from treegraft import models
+
+    asked = []
+
+    def probe(answer):
+        return lambda: asked.append(answer) or answer
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(models.AUTO_DTYPE_ENV, raising=False)
+    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: False)
+    assert models.pick_dtype("auto", cpu, probe(torch.bfloat16)) == torch.float32 and not asked
+    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: True)
+    assert models.pick_dtype("auto", cpu, probe(torch.float32)) == torch.float32 and asked == [torch.float32]
+    assert models.pick_dtype("auto", cpu) == torch.bfloat16  # no probe (training's autocast): the features decide
+    assert models.pick_dtype("float32", cpu, probe(torch.bfloat16)) == torch.float32 and len(asked) == 1
+    monkeypatch.setenv(models.AUTO_DTYPE_ENV, "bfloat16")
+    assert models.pick_dtype("auto", cpu, probe(torch.float32)) == torch.bfloat16 and len(asked) == 1
+
+
+def test_a_pairs_measured_auto_dtype_is_read_once_and_reported(monkeypatch):
+    from treegraft import models
+    from treegraft.config import load_pair
+
+    monkeypatch.delenv(models.AUTO_DTYPE_ENV, raising=False)
+    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: True)
+    calls = []
+
+    def fake(out_features, in_features, allowed):
+        calls.append((out_features, in_features, allowed))
+        return torch.float32, {"float32": 1.0, "bfloat16": 1.5}
+
+    monkeypatch.setattr(models, "decode_dtype", fake)
+    monkeypatch.setattr(models, "AUTO_CHOICE", {})
+    models._decode_dtype.cache_clear()
+    try:
+        pair = load_pair("default")
+        assert models.pair_dtype(pair) == models.pair_dtype(pair, "auto") == torch.float32
+        assert len(calls) == 1 and calls[0][:2] == (1536, 576) and "packed16" in calls[0][2]  # the target's MLP
+        assert models.host()["auto_dtype"] == {"chose": "float32", "shape": [1536, 576], "float32_ms": 1.0,
+                                               "bfloat16_ms": 1.5}
+        assert models.pair_dtype(pair, "bfloat16") == torch.bfloat16 and len(calls) == 1
+    finally:
+        models._decode_dtype.cache_clear()

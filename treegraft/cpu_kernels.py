@@ -360,3 +360,46 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
         head.forward = routed_forward(head, "head", table)
     model.kernel_table = table
     return table
+
+
+DTYPE_ROWS = (1, 8)  # what `decode_dtype` compares: a one-token forward (AR, a head call) and a verification's rows
+
+
+@torch.no_grad()
+def decode_dtype(out_features: int, in_features: int, allowed=PATHS, rounds: int = 3, clock=_once_ms
+                 ) -> tuple[torch.dtype, dict[str, float]]:
+    """Dtype `auto` on a CPU with native bf16 (`models.pick_dtype`): bf16 only where it measures faster here.
+
+    Native bf16 halves the bytes a decoding step streams, but on some such CPUs the bf16 products of a few rows are
+    slower than the fp32 ones these paths give (a 2-core Zen 4 EPYC with AVX512-BF16 and no AMX, a [1,536 x 576]
+    layer: bf16 stock 0.28 ms at 1 row, fp32 packed16 0.11 ms; AR 16.7 against 25-27 tok/s), and bf16 also gives
+    up the exact match with the one-token forward (batched and single rows round differently). So this times one
+    decoder shape [out, in] (random weights, enough layers to stream from memory) at `DTYPE_ROWS` rows: fp32 on
+    every path it can take here (of `allowed`), bf16 on stock and weight_left, in interleaved rounds, each read by its
+    median; bf16 is kept where its summed best time is at most MIN_GAIN of fp32's. Returns (the dtype,
+    {"float32": ms, "bfloat16": ms} summed over DTYPE_ROWS)."""
+    g = torch.Generator().manual_seed(0)
+    count = max(1, -(-STREAM_BYTES // (out_features * in_features * 4)))
+    fp32 = []
+    for _ in range(count):
+        layer = torch.nn.Linear(in_features, out_features, bias=False)
+        layer.weight.copy_(torch.randn(out_features, in_features, generator=g) / in_features ** 0.5)
+        fp32.append(layer.requires_grad_(False))
+    bf16 = [torch.nn.Linear(in_features, out_features, bias=False, dtype=torch.bfloat16).requires_grad_(False)
+            for _ in fp32]
+    for a, b in zip(fp32, bf16):
+        b.weight.copy_(a.weight)
+    paths32 = _paths_for(fp32[0], packed_ops() is not None, allowed)
+    for path in set(paths32) & set(PACKED_KERNELS):
+        for m in fp32:
+            _pack(m, path)
+    total = {"float32": 0.0, "bfloat16": 0.0}
+    for rows in DTYPE_ROWS:
+        best = {"float32": [], "bfloat16": []}
+        for name, layers, paths in (("float32", fp32, paths32), ("bfloat16", bf16, ("stock", "weight_left")),
+                                    ("bfloat16", bf16, ("stock", "weight_left")), ("float32", fp32, paths32)):
+            cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
+            best[name].append(min(_time_bucket(layers, rows, cands, rounds, clock)[0].values()))
+        for name, ms in best.items():
+            total[name] += float(np.mean(ms))  # the two passes, one before and one after the other dtype's
+    return (torch.bfloat16 if total["bfloat16"] <= MIN_GAIN * total["float32"] else torch.float32), total

@@ -98,8 +98,9 @@ class HeadSettings:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of a training precision on this host (None: plain float32); `auto` means what the
-    engine's dtype `auto` means here (`pick_dtype`, TREEGRAFT_AUTO_DTYPE included), bf16 or else float32."""
+    """The autocast dtype of a training precision on this host (None: plain float32); `auto`: bf16 where the CPU has
+    native bf16 (`pick_dtype` without the engine's decoding measurement: training's batches are large products,
+    not a decoding step's few rows; TREEGRAFT_AUTO_DTYPE included), else float32."""
     if precision not in ("float32", "bfloat16", "auto"):
         raise ValueError(f"unknown head training precision {precision!r}: float32, bfloat16 or auto")
     return torch.bfloat16 if pick_dtype(precision, device) == torch.bfloat16 else None

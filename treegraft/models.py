@@ -7,6 +7,7 @@ and kept as safetensors under the cache folder so later loads take ~1 s.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -19,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from .attention import use_tree_attention
 from .config import ModelSource, PairConfig, resolve_path
-from .cpu_kernels import use_cpu_kernels
+from .cpu_kernels import PATHS, decode_dtype, use_cpu_kernels
 from .drafters.corpus import CorpusError, CorpusIndex, load_corpus
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def host() -> dict:
     return {"platform": platform.platform(), "machine": platform.machine(),
             "processor": platform.processor() or platform.machine(), "cpu_bf16": cpu_supports_bf16(),
             "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            **({"auto_dtype": dict(AUTO_CHOICE)} if AUTO_CHOICE else {})}
 
 
 def pick_device(policy: str) -> torch.device:
@@ -78,8 +80,10 @@ def pick_device(policy: str) -> torch.device:
 AUTO_DTYPE_ENV = "TREEGRAFT_AUTO_DTYPE"
 
 
-def pick_dtype(policy: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on CUDA with bf16 support (else fp16); on CPU bf16 where AVX512-BF16/AMX exist, else fp32.
+def pick_dtype(policy: str, device: torch.device, probe=None) -> torch.dtype:
+    """auto: bf16 on CUDA with bf16 support (else fp16); on CPU fp32, or bf16 where AVX512-BF16/AMX exist and
+    `probe()` (a measurement, `pair_dtype`) says so; without a probe bf16 there (training's autocast,
+    distill_head.py, where the batches are large).
 
     TREEGRAFT_AUTO_DTYPE=bfloat16|float32 decides what `auto` means on a CPU whatever its features, so both
     paths can be exercised on any host (bf16 without native support is slow, but runs)."""
@@ -92,7 +96,45 @@ def pick_dtype(policy: str, device: torch.device) -> torch.dtype:
         if forced not in ("bfloat16", "float32"):
             raise ModelLoadError(f"{AUTO_DTYPE_ENV} must be bfloat16 or float32, not '{forced}'")
         return DTYPES[forced]
-    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+    if not cpu_supports_bf16():
+        return torch.float32
+    return probe() if probe is not None else torch.bfloat16
+
+
+AUTO_CHOICE: dict = {}  # what `auto` measured on this CPU, once per process (`host()`: every report's machine line)
+
+
+def pair_dtype(pair: PairConfig, dtype: str | None = None) -> torch.dtype:
+    """The dtype a pair's models load in: `dtype`, else the pair's. `auto` on a CPU with native bf16 is measured
+    (`cpu_kernels.decode_dtype` on the target's MLP shape, with the paths the pair allows): bf16 only where its
+    products of a decoding step's rows beat fp32's here; once per process and shape."""
+    device = pick_device(pair.device)
+    return pick_dtype(dtype or pair.dtype, device, probe=lambda: _measured_auto(pair))
+
+
+def _measured_auto(pair: PairConfig) -> torch.dtype:
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(source_location(pair.target), revision=pair.target.revision,
+                                         trust_remote_code=pair.target.trust_remote_code)
+        shape = (int(cfg.intermediate_size), int(cfg.hidden_size))
+    except Exception as err:  # the model's own load reports what is wrong with it; here keep the feature's choice
+        log.warning("dtype auto: could not read %s's shape (%s); bf16, as the CPU's features say",
+                    pair.target.describe(), err)
+        return torch.bfloat16
+    allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if p != "packed16")
+    return _decode_dtype(shape, allowed if pair.small_batch_linear else ("stock",))
+
+
+@functools.cache
+def _decode_dtype(shape: tuple[int, int], allowed: tuple[str, ...]) -> torch.dtype:
+    dtype, ms = decode_dtype(*shape, allowed=allowed)
+    AUTO_CHOICE.update({"chose": str(dtype).removeprefix("torch."), "shape": list(shape),
+                        **{f"{k}_ms": round(v, 3) for k, v in ms.items()}})
+    log.warning("dtype auto on this CPU (native bf16): %s; a [%d x %d] layer at 1 + 8 rows: float32 %.3f ms, "
+                "bfloat16 %.3f ms", AUTO_CHOICE["chose"], *shape, ms["float32"], ms["bfloat16"])
+    return dtype
 
 
 def gguf_location(src: ModelSource) -> Path:
@@ -216,7 +258,7 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     device = pick_device(pair.device)
     if pair.requires_gpu and device.type != "cuda":
         raise ModelLoadError(f"pair '{pair.name}' needs a CUDA GPU (requires_gpu: true); none is available here")
-    torch_dtype = pick_dtype(dtype or pair.dtype, device)
+    torch_dtype = pair_dtype(pair, dtype)
     tok = _load_or_explain("target tokenizer", pair.target, lambda: load_tokenizer(pair.target))
     if not pair.mid.share_embeddings_with_target and pair.mid.kind == "lm":
         mid_tok = _load_or_explain("mid tokenizer", pair.mid, lambda: load_tokenizer(pair.mid))
