@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from treegraft.cpu_kernels import (BUCKETS, PREFETCH, PREFILL_ROWS, KernelTable, choose, measure, packed16_ops, packed_ops,
                                   packed_threads, packed_unavailable, use_cpu_kernels)
 
-FORCED = {p: {b: p for b in BUCKETS + (PREFILL_ROWS,)} for p in ("stock", "weight_left", "packed", "packed16")}
+FORCED = {p: {b: p for b in BUCKETS + (PREFILL_ROWS,)} for p in ("stock", "weight_left", "packed", "packed16", "packed16f")}
 
 
 def inputs(features: int):
@@ -25,11 +25,11 @@ class WithHead(torch.nn.Module):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("forced", ["weight_left", "packed", "packed16", "stock"])
+@pytest.mark.parametrize("forced", ["weight_left", "packed", "packed16", "packed16f", "stock"])
 def test_every_path_matches_stock_at_every_row_count(bias, forced):
     if forced == "packed" and packed_ops() is None:
         pytest.skip(f"packed kernel not available here: {packed_unavailable()}")
-    if forced == "packed16" and packed16_ops() is None:
+    if forced.startswith("packed16") and packed16_ops() is None:
         pytest.skip("the AVX-512 packed kernel needs a CPU with AVX-512")
     torch.manual_seed(0)
     model = WithHead(bias)
@@ -49,7 +49,7 @@ def test_every_path_matches_stock_at_every_row_count(bias, forced):
     assert model.body(torch.zeros(1, 0, 32)).shape == (1, 0, 48)  # no rows (an empty prompt's features): no rows
     assert (model.lm_head.weight_t is not None) == (forced == "weight_left")  # the 1-row copy only when used
     assert (model.body.weight_packed is not None) == (forced == "packed")  # the packed copy only when used
-    assert (getattr(model.body, "weight_packed16", None) is not None) == (forced == "packed16")
+    assert (getattr(model.body, "weight_packed16", None) is not None) == forced.startswith("packed16")
 
 
 def test_a_packed_row_does_not_depend_on_its_batch():
@@ -80,9 +80,10 @@ def test_the_avx512_kernel_is_bit_equal_to_the_avx2_one_at_every_row_count():
     x = torch.randn(40, 576)
     use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed"])))
     alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])  # the AVX2 kernel, one row at a time
-    use_cpu_kernels(layer, KernelTable(body=dict(FORCED["packed16"])))
-    for rows in range(1, 41):  # 16s, then the rest in one pass of micro<rest>: every instance 1-16 is read
-        assert torch.equal(layer(x[:rows]), alone[:rows]), rows
+    for path in ("packed16", "packed16f"):  # passes as even as possible, or of 12 and the rest last
+        use_cpu_kernels(layer, KernelTable(body=dict(FORCED[path])))
+        for rows in range(1, 41):  # every pass size 1-12 is read
+            assert torch.equal(layer(x[:rows]), alone[:rows]), (path, rows)
 
 
 def test_the_packed_kernel_runs_on_torchs_threads():
@@ -201,7 +202,7 @@ def test_the_fp16_weight_kernel_is_the_fp32_product_of_the_rounded_weights_whate
     by the rounding alone."""
     from treegraft.cpu_kernels import PACKED_KERNELS, half_weights
 
-    attr, ops, _ = PACKED_KERNELS[path]
+    attr, ops = PACKED_KERNELS[path][:2]
     if ops() is None:
         pytest.skip(f"the {path} kernel needs " + ("a CPU with AVX-512" if path == "packed16h" else "AVX2 + F16C"))
     torch.manual_seed(3)

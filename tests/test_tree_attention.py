@@ -104,7 +104,7 @@ def test_lead_rows_come_with_the_forward_and_equal_rows_read_alone(fp32_pair, pr
     assert sorted(logits.computed) == sorted({0, u, w, 3}) and logits.extra_rows == 0
     head = fp32_pair.target.get_output_embeddings()
     table = getattr(fp32_pair.target, "kernel_table", None)  # the head's paths, chosen by timing at load
-    same_chain = table is not None and {table.path("head", 1), table.path("head", 4)} <= {"packed", "packed16"}
+    same_chain = table is not None and {table.path("head", 1), table.path("head", 4)} <= {"packed", "packed16", "packed16f"}
     for r in (0, u, w, 3):  # one FMA chain per output on the packed paths: bit-equal; else to float rounding
         x = target.features[r:r + 1]
         alone = head(x)[0]

@@ -123,7 +123,7 @@ def _measured_auto(pair: PairConfig) -> torch.dtype:
         log.warning("dtype auto: could not read %s's shape (%s); bf16, as the CPU's features say",
                     pair.target.describe(), err)
         return torch.bfloat16
-    allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if p != "packed16")
+    allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if not p.startswith("packed16"))
     return _decode_dtype(shape, allowed if pair.small_batch_linear else ("stock",))
 
 
@@ -284,7 +284,7 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     if pair.small_batch_linear and device.type == "cpu":
         from .cpu_kernels import HALF_PATHS, PATHS, half_weights
 
-        allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if p != "packed16")
+        allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if not p.startswith("packed16"))
         use_cpu_kernels(target, allowed=allowed)
         half = half_drafter(pair, torch_dtype, device)
         if half:  # the drafter's own weights only (a mid LM's output head may be the target's)

@@ -17,8 +17,15 @@ torch::Tensor packed_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) 
   return micro_linear<V, float>(x, p, prefetch);
 }
 
+// The same product with the rows in passes of 12 and the rest last (path "packed16f", packed_micro.h).
+torch::Tensor packed_linear_full_first(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
+  return micro_linear<V, float>(x, p, prefetch, true);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "W [N, K] -> packed [N / 16, K, 16]");
   m.def("packed_linear", &packed_linear, "x [M, K] . W^T from the packed W, prefetching `prefetch` floats ahead",
+        py::arg("x"), py::arg("p"), py::arg("prefetch"));
+  m.def("packed_linear_full_first", &packed_linear_full_first, "packed_linear, its rows in passes of 12, the rest last",
         py::arg("x"), py::arg("p"), py::arg("prefetch"));
 }

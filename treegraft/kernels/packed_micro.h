@@ -160,8 +160,13 @@ static inline void pass_rows(int64_t rows, const float* X, int64_t K, const W* P
 // ms (flat: the weight stream sets the pace), 16 rows 0.18 -> 0.17, 24 0.24 -> 0.20, 64 0.53 -> 0.44; 256 level.
 // One block and the rest in one pass (without pairs) had taken 5-7 rows from 0.19-0.25 to 0.16 ms; passes of
 // 16 + 4 beat 10 + 10 there, with one block (docs/tuning.md).
+//
+// `full_first` (path "packed16f"): the passes are 12 rows each and the rest last (16 = 12 + 4, 13 = 12 + 1) instead of
+// as even as possible (16 = 8 + 8, 13 = 7 + 6); the same FMA chains, so bit-equal. On a 2-core Zen 4 EPYC (a 1,536 x
+// 576 layer streamed from memory, interleaved, 2026-12-06) 16 rows 0.185 -> 0.158 ms and 13 rows 0.166 -> 0.145 ms,
+// 14 and 20-24 level; which split a host takes is measured at load like any path.
 template <class V, class W>
-torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
+torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch, bool full_first = false) {
   constexpr int64_t NB = V::NB;
   torch::Tensor y = packed_output<V, W>(x, p, prefetch);
   const int64_t M = x.size(0), K = x.size(1), blocks = p.size(0), N = blocks * NB;
@@ -174,7 +179,7 @@ torch::Tensor micro_linear(torch::Tensor x, torch::Tensor p, int64_t prefetch) {
       for (int64_t q = q0; q < q1; ++q) {
         const W* pq = P + 2 * q * K * NB;
         for (int64_t t = 0, m = 0; t < passes; ++t) {
-          const int64_t r = M / passes + (t < M % passes ? 1 : 0);
+          const int64_t r = full_first ? std::min<int64_t>(12, M - m) : M / passes + (t < M % passes ? 1 : 0);
           float* yq = Y + m * N + 2 * q * NB;
           if (2 * q + 1 < blocks) pass_rows<V, 2, W>(r, X + m * K, K, pq, yq, N, prefetch);
           else pass_rows<V, 1, W>(r, X + m * K, K, pq, yq, N, prefetch);
