@@ -133,8 +133,7 @@ def test_the_engine_drafts_from_the_corpus_and_stays_exact(engine):
 
 def test_corpus_documents_leave_out_sampled_answers_and_the_schedulers_prompts(fp32_pair):
     from treegraft.answers import corpus_documents
-    from treegraft.prompts import chat_ids
-    from treegraft.prompts import load_prompts
+    from treegraft.prompts import chat_ids, load_prompts
 
     tok = fp32_pair.tokenizer
     train = chat_ids(tok, list(load_prompts("train")[0].messages))
@@ -153,8 +152,7 @@ def test_corpus_documents_leave_out_answers_about_an_evaluated_prompts_passage(f
     left out of the store, an answer to an unrelated prompt is kept, and a prompt that shares only the chat
     template with an evaluated one is kept."""
     from treegraft.answers import corpus_documents
-    from treegraft.prompts import chat_ids
-    from treegraft.prompts import load_prompts
+    from treegraft.prompts import chat_ids, load_prompts
 
     tok = fp32_pair.tokenizer
     held = max((p for p in load_prompts("unseen") if p.category in ("code", "summarisation", "qa")),

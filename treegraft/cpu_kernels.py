@@ -65,6 +65,7 @@ PREFILL_LAYERS, PREFILL_ROUNDS = 2, 3  # its timing: a few layers (bound by arit
 MIN_GAIN = 0.9  # another path must take at most 90% of the stock time to be chosen
 TRANSPOSED_COPY_MAX_BYTES = 512 << 20  # the head's transposed copy (for 1 row), if it is this small
 PATHS = ("stock", "weight_left", "packed", "packed16", "packed16f")
+WIDE_PATHS = ("packed16", "packed16f")  # the AVX-512 kernel's paths (pair switch `wide_kernel`)
 PREFETCH = (128, 512, 1024)  # the packed kernel's prefetch distances (floats ahead on the weight stream) measured
 STREAM_BYTES = 64 << 20  # the body's timing streams through at least this many bytes of weights (well past an L3)
 SOURCE = Path(__file__).parent / "kernels" / "packed_gemm.cpp"
@@ -262,8 +263,7 @@ def measure(layers: torch.nn.Linear | list[torch.nn.Linear], part: str, rounds: 
     layers = layers if isinstance(layers, list) else [layers]
     ms, prefetch = {}, {}
     for rows in BUCKETS:
-        cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
-        ms[rows], prefetch[rows] = _time_bucket(layers, rows, cands, rounds, clock)
+        ms[rows], prefetch[rows] = _time_bucket(layers, rows, _candidates(paths), rounds, clock)
     if prefill:
         cands = [(p, PREFETCH[-1] if p in PACKED_KERNELS else PREFETCH[0]) for p in paths if p != "weight_left"]
         ms[PREFILL_ROWS], prefetch[PREFILL_ROWS] = _time_bucket(layers[:PREFILL_LAYERS], PREFILL_ROWS, cands,
@@ -305,9 +305,16 @@ def _pack(layer: torch.nn.Linear, path: str = "packed") -> None:
     setattr(layer, attr, ops().pack(layer.weight.detach()))
 
 
-def _packings(paths) -> list[str]:
-    """One path per packed weight the paths read (packed16 and packed16f share theirs): what to pack once."""
-    return list({PACKED_KERNELS[p][0]: p for p in sorted(set(paths) & set(PACKED_KERNELS))}.values())
+def _candidates(paths) -> list[tuple[str, int]]:
+    """(path, prefetch distance) pairs a bucket's timing tries: every distance of a packed path, one otherwise."""
+    return [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
+
+
+def _pack_for(layers: list[torch.nn.Linear], paths) -> None:
+    """Pack each layer's weight once for every packed path in `paths` (packed16 and packed16f share theirs)."""
+    for path in {PACKED_KERNELS[p][0]: p for p in sorted(set(paths) & set(PACKED_KERNELS))}.values():
+        for m in layers:
+            _pack(m, path)
 
 
 def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[str, ...]:
@@ -316,7 +323,7 @@ def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[s
     if can_pack and packable(probe):
         paths.append("packed")
         if packed16_ops() is not None and packable(probe, 16):
-            paths += ["packed16", "packed16f"]
+            paths += list(WIDE_PATHS)
         if "packed16h" in allowed and packed16h_ops() is not None and packable(probe, 16):
             paths.append("packed16h")
         if "packed8h" in allowed and packed8h_ops() is not None:
@@ -348,9 +355,7 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
             same = [m for m in layers if m.weight.shape == probe.weight.shape and m.weight.dtype == probe.weight.dtype]
             stream = same[:max(1, -(-STREAM_BYTES // (probe.weight.numel() * probe.weight.element_size())))]
             paths = _paths_for(probe, can_pack, allowed)
-            for path in _packings(paths):
-                for m in stream:
-                    _pack(m, path)
+            _pack_for(stream, paths)
             table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths, prefill=prefill and part == "body")
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():
@@ -402,16 +407,13 @@ def decode_dtype(out_features: int, in_features: int, allowed=PATHS, rounds: int
     for a, b in zip(fp32, bf16):
         b.weight.copy_(a.weight)
     paths32 = _paths_for(fp32[0], packed_ops() is not None, allowed)
-    for path in _packings(paths32):
-        for m in fp32:
-            _pack(m, path)
+    _pack_for(fp32, paths32)
     total = {"float32": 0.0, "bfloat16": 0.0}
     for rows in DTYPE_ROWS:
         best = {"float32": [], "bfloat16": []}
         for name, layers, paths in (("float32", fp32, paths32), ("bfloat16", bf16, ("stock", "weight_left")),
                                     ("bfloat16", bf16, ("stock", "weight_left")), ("float32", fp32, paths32)):
-            cands = [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
-            best[name].append(min(_time_bucket(layers, rows, cands, rounds, clock)[0].values()))
+            best[name].append(min(_time_bucket(layers, rows, _candidates(paths), rounds, clock)[0].values()))
         for name, ms in best.items():
             total[name] += float(np.mean(ms))  # the two passes, one before and one after the other dtype's
     return (torch.bfloat16 if total["bfloat16"] <= MIN_GAIN * total["float32"] else torch.float32), total

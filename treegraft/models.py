@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from .attention import use_tree_attention
 from .config import ModelSource, PairConfig, resolve_path
-from .cpu_kernels import PATHS, decode_dtype, use_cpu_kernels
+from .cpu_kernels import PATHS, WIDE_PATHS, decode_dtype, use_cpu_kernels
 from .drafters.corpus import CorpusError, CorpusIndex, load_corpus
 
 log = logging.getLogger(__name__)
@@ -123,8 +123,7 @@ def _measured_auto(pair: PairConfig) -> torch.dtype:
         log.warning("dtype auto: could not read %s's shape (%s); bf16, as the CPU's features say",
                     pair.target.describe(), err)
         return torch.bfloat16
-    allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if not p.startswith("packed16"))
-    return _decode_dtype(shape, allowed if pair.small_batch_linear else ("stock",))
+    return _decode_dtype(shape, target_paths(pair) if pair.small_batch_linear else ("stock",))
 
 
 @functools.cache
@@ -282,15 +281,20 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
     use_tree_attention(target)  # grouped-query tree attention without copying the cache
     use_tree_attention(mid)
     if pair.small_batch_linear and device.type == "cpu":
-        from .cpu_kernels import HALF_PATHS, PATHS, half_weights
+        from .cpu_kernels import HALF_PATHS, half_weights
 
-        allowed = PATHS if pair.wide_kernel else tuple(p for p in PATHS if not p.startswith("packed16"))
+        allowed = target_paths(pair)
         use_cpu_kernels(target, allowed=allowed)
         half = half_drafter(pair, torch_dtype, device)
         if half:  # the drafter's own weights only (a mid LM's output head may be the target's)
             half_weights(mid, keep={p.untyped_storage().data_ptr() for p in target.parameters()})
         use_cpu_kernels(mid, allowed=allowed + (HALF_PATHS if half else ()))
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)), corpus)
+
+
+def target_paths(pair: PairConfig) -> tuple[str, ...]:
+    """The CPU paths the pair's layers may take (`cpu_kernels`): all, less the AVX-512 ones without `wide_kernel`."""
+    return PATHS if pair.wide_kernel else tuple(p for p in PATHS if p not in WIDE_PATHS)
 
 
 def half_drafter(pair: PairConfig, dtype: torch.dtype, device: torch.device) -> bool:
