@@ -51,8 +51,8 @@ def main(suite: str, out: str, pairs: int = 2) -> None:
         eng.trial_round(s, call)  # warm-up
         while eng.finished(s) is None:
             props, order = s.ngram._propose([], 1)  # the n-gram drafter at the root, before any step
-            top, p = props[0] if props else (None, 0.0)
-            signals.update(ng_order=order, ng_p=p, ng_span=len(s.ngram.span([top], d.span_max)) if props else 0)
+            top, top_p = props[0] if props else (None, 0.0)
+            signals.update(ng_order=order, ng_p=top_p, ng_span=len(s.ngram.span([top], d.span_max)) if props else 0)
             ms, last = {"small": [], "call": []}, {}
             for _ in range(pairs):
                 for name, policy in (("small", AllSmall()), ("call", call)):

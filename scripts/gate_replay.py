@@ -4,7 +4,8 @@ Prints the mean per-prompt speed against all-small's and the share of rounds cal
 on these rounds (hindsight: calling exactly where the call paid, per round or per prompt), what a rule reading one
 signal before the call would keep (`SIGNALS`: the target's top-1 probability at the root, the previous round's path,
 the n-gram drafter's match at the root; thresholds at their quartiles), and what calling always would give if a call
-round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens).
+round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens). `--by-category`: the same bounds
+within each category too (where a category's target lies beyond every rule, no scheduler reaches it with this head).
 
     PYTHONPATH=. .venv/bin/python scripts/gate_replay.py artifacts/call_trials-bench.json artifacts/call_trials-unseen.json
 """
@@ -72,11 +73,27 @@ def bounds(prompts: dict, cheaper: list[float]) -> dict[str, tuple[float, float]
     return out
 
 
+def by_category(prompts: dict, cheaper: list[float]) -> dict[str, tuple[int, dict[str, tuple[float, float]]]]:
+    """{category: (prompts, `bounds` over that category's prompts alone)}, categories in name order; calling always
+    is among them (no cost saved), as the best rule that reads nothing."""
+    cats = defaultdict(dict)
+    for key, rounds in prompts.items():
+        cats[rounds[0].get("cat", "all")][key] = rounds
+    out = {}
+    for cat in sorted(cats):
+        rows = bounds(cats[cat], [0.0] + cheaper)
+        rows["always"] = rows.pop("always, a call 0 ms cheaper")
+        out[cat] = (len(cats[cat]), rows)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="scripts/call_trials.py outputs")
     ap.add_argument("--cheaper", default="1,2,3", help="ms a call round might save (comma-separated)")
+    ap.add_argument("--by-category", action="store_true", help="the bounds within each category as well")
     args = ap.parse_args()
+    cheaper = [float(c) for c in args.cheaper.split(",") if c]
     prompts = defaultdict(list)
     for f in args.files:
         for r in json.load(open(f)):
@@ -91,8 +108,12 @@ def main() -> None:
             ratios.append(a / t / base)
             calls, n = calls + c, n + len(rounds)
         print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {calls / n:.0%} of rounds")
-    for name, (ratio, share) in bounds(prompts, [float(c) for c in args.cheaper.split(",") if c]).items():
+    for name, (ratio, share) in bounds(prompts, cheaper).items():
         print(f"{name:22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+    if args.by_category:
+        for cat, (n, out) in by_category(prompts, cheaper).items():
+            print(f"{cat} ({n} prompts): " + "; ".join(f"{name} {ratio:.3f}x" for name, (ratio, _) in out.items()
+                                                        if not name.startswith("call where")))
     rounds = [r for rs in prompts.values() for r in rs]
     if all("p1" in r for r in rounds):
         rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)

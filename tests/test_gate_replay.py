@@ -56,3 +56,19 @@ def test_a_signal_a_round_lacks_calls_there_and_each_signal_gets_its_quartile_ru
     high = out["call where prev_a >= 4.00"]  # the upper quartile of (5, 1): the first rounds and the one after a's
     # long path (it lost there)
     assert high[1] == pytest.approx(0.75)
+
+
+def test_by_category_bounds_each_category_alone(replay):
+    # chat: the call pays in every round; summaries: never (the n-gram drafter copies); one prompt each
+    prompts = {"c": [dict(trial(2, 40.0, 4, 44.0), cat="chat"), dict(trial(2, 40.0, 3, 44.0), cat="chat")],
+               "s": [dict(trial(4, 40.0, 4, 45.0), cat="summarisation")] * 2}
+    out = replay.by_category(prompts, [2.0])
+    assert list(out) == ["chat", "summarisation"] and out["chat"][0] == 1
+    chat, summ = out["chat"][1], out["summarisation"][1]
+    assert chat["always"][0] == pytest.approx(7 / 88 / (4 / 80))  # calling always is chat's hindsight too
+    assert chat["always"][0] == pytest.approx(chat["hindsight, per prompt"][0])
+    assert summ["always"][0] == pytest.approx(4 / 45 / (4 / 40)) and summ["hindsight, per round"] == (1.0, 0.0)
+    assert chat["always, a call 2 ms cheaper"][0] > chat["always"][0]
+    # the categories' own bounds, not the pooled ones: pooled, calling always averages a gain and a loss
+    pooled = replay.bounds(prompts, [])["hindsight, per prompt"][0]
+    assert pooled == pytest.approx((chat["always"][0] + 1.0) / 2)
