@@ -5,7 +5,8 @@ on these rounds (hindsight: calling exactly where the call paid, per round or pe
 signal before the call would keep (`SIGNALS`: the target's top-1 probability at the root, the previous round's path,
 the n-gram drafter's match at the root; thresholds at their quartiles), and what calling always would give if a call
 round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens). `--by-category`: the same bounds
-within each category too (where a category's target lies beyond every rule, no scheduler reaches it with this head).
+within each category too (where a category's target lies beyond calling always and the per-prompt hindsight, only a
+rule that finds the rounds where a call pays, or a cheaper call, reaches it).
 
     PYTHONPATH=. .venv/bin/python scripts/gate_replay.py artifacts/call_trials-bench.json artifacts/call_trials-unseen.json
 """
