@@ -54,6 +54,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -175,14 +176,21 @@ def half_weights(model: torch.nn.Module, keep: set[int] = frozenset()) -> int:
     return n
 
 
-# the packed kernels' paths (they take a prefetch distance) -> (the layer attribute holding the packed weight, the
-# kernel's module, output rows per packed block, the module's function); "packed16f" is packed16 on the same packed
-# weight with its rows in passes of 12 and the rest last (packed_micro.h)
-PACKED_KERNELS = {"packed": ("weight_packed", packed_ops, 8, "packed_linear"),
-                  "packed16": ("weight_packed16", packed16_ops, 16, "packed_linear"),
-                  "packed16f": ("weight_packed16", packed16_ops, 16, "packed_linear_full_first"),
-                  "packed16h": ("weight_packed16h", packed16h_ops, 16, "packed_linear"),
-                  "packed8h": ("weight_packed8h", packed8h_ops, 8, "packed_linear")}
+class PackedKernel(NamedTuple):
+    """A packed path (it takes a prefetch distance)."""
+
+    attr: str  # the layer attribute holding its packed weight
+    ops: Callable  # () -> the kernel's built module, or None
+    block: int  # output rows per packed block
+    fn: str = "packed_linear"  # the module's function
+
+
+# "packed16f" is packed16 on the same packed weight with its rows in passes of 12 and the rest last (packed_micro.h)
+PACKED_KERNELS = {"packed": PackedKernel("weight_packed", packed_ops, 8),
+                  "packed16": PackedKernel("weight_packed16", packed16_ops, 16),
+                  "packed16f": PackedKernel("weight_packed16", packed16_ops, 16, "packed_linear_full_first"),
+                  "packed16h": PackedKernel("weight_packed16h", packed16h_ops, 16),
+                  "packed8h": PackedKernel("weight_packed8h", packed8h_ops, 8)}
 
 
 def packed_threads() -> int:
@@ -204,9 +212,9 @@ def _product(layer: torch.nn.Linear, path: str, prefetch: int, rows: int):
     """x [rows, in] -> x . W^T [rows, out] on `path` for that many rows (bias aside), as one call with its operands
     bound: a decoding forward runs ~200 of these, so the per-call Python is what is cut. A packed path whose
     packed weight this layer lacks runs stock."""
-    attr = PACKED_KERNELS[path][0] if path in PACKED_KERNELS else None
-    if attr is not None and getattr(layer, attr, None) is not None:
-        kernel, packed = getattr(PACKED_KERNELS[path][1](), PACKED_KERNELS[path][3]), getattr(layer, attr)
+    k = PACKED_KERNELS.get(path)
+    if k is not None and getattr(layer, k.attr, None) is not None:
+        kernel, packed = getattr(k.ops(), k.fn), getattr(layer, k.attr)
         return lambda x: kernel(x, packed, prefetch)
     w = layer.weight
     if path == "weight_left":
@@ -301,8 +309,8 @@ def choose(ms: dict[int, dict[str, float]]) -> dict[int, str]:
 
 
 def _pack(layer: torch.nn.Linear, path: str = "packed") -> None:
-    attr, ops = PACKED_KERNELS[path][:2]
-    setattr(layer, attr, ops().pack(layer.weight.detach()))
+    k = PACKED_KERNELS[path]
+    setattr(layer, k.attr, k.ops().pack(layer.weight.detach()))
 
 
 def _candidates(paths) -> list[tuple[str, int]]:
@@ -310,9 +318,15 @@ def _candidates(paths) -> list[tuple[str, int]]:
     return [(p, d) for p in paths for d in (PREFETCH if p in PACKED_KERNELS else PREFETCH[:1])]
 
 
+def _copies(paths) -> dict[str, str]:
+    """{packed-weight attribute: a path of `paths` that reads it}: one copy serves every path on it (packed16 and
+    packed16f share theirs)."""
+    return {PACKED_KERNELS[p].attr: p for p in sorted(set(paths) & set(PACKED_KERNELS))}
+
+
 def _pack_for(layers: list[torch.nn.Linear], paths) -> None:
-    """Pack each layer's weight once for every packed path in `paths` (packed16 and packed16f share theirs)."""
-    for path in {PACKED_KERNELS[p][0]: p for p in sorted(set(paths) & set(PACKED_KERNELS))}.values():
+    """Pack each layer's weight once for every packed copy the paths read."""
+    for path in _copies(paths).values():
         for m in layers:
             _pack(m, path)
 
@@ -358,15 +372,14 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
             _pack_for(stream, paths)
             table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths, prefill=prefill and part == "body")
             setattr(table, part, choose(table.ms[part]))
-    for part, layers in parts.items():
-        chosen = set(getattr(table, part).values())
-        for attr in {k[0] for k in PACKED_KERNELS.values()}:
-            using = [p for p, k in PACKED_KERNELS.items() if k[0] == attr and p in chosen and k[1]() is not None]
+    for part, layers in parts.items():  # keep exactly the packed copies the table's paths read
+        used = _copies(p for p in getattr(table, part).values() if p in PACKED_KERNELS and PACKED_KERNELS[p].ops())
+        for attr in {k.attr for k in PACKED_KERNELS.values()}:
             for m in layers:
-                if using and packable(m, PACKED_KERNELS[using[0]][2]) and getattr(m, attr, None) is None:
-                    _pack(m, using[0])
-                elif not using:
+                if attr not in used:
                     setattr(m, attr, None)
+                elif getattr(m, attr, None) is None and packable(m, PACKED_KERNELS[used[attr]].block):
+                    _pack(m, used[attr])
     if head is not None and table.head.get(1) != "weight_left":
         head.weight_t = None  # the copy is not used: do not keep it
     for m in body:
