@@ -194,6 +194,41 @@ def test_a_drafters_scorer_runs_on_the_measured_paths():
     assert not hasattr(draft_output(rows, 64, None, small_batch=False)[0], "kernel_table")
 
 
+def test_a_drafters_paths_are_timed_cold_and_a_targets_warm(monkeypatch):
+    """A drafter's call meets its weights after the target's forward has streamed its own through every cache, so a
+    drafter's paths are timed cold: every timed call of its scorer follows an untimed read through STREAM_BYTES of
+    other memory. A target's layers are timed streaming through themselves, with no such read; each table says which."""
+    import treegraft.cpu_kernels as ck
+    from treegraft.drafters.neural import draft_output
+
+    events, clock = [], ck._once_ms
+
+    def evict(other):
+        assert other.numel() * other.element_size() >= ck.STREAM_BYTES
+        events.append("evict")
+
+    def once(fn, rows, candidate):
+        events.append("time")
+        return clock(fn, rows, candidate)
+
+    monkeypatch.setattr(ck, "_evict", evict)
+    monkeypatch.setattr(ck, "_once_ms", once)
+    scorer, _, _ = draft_output(torch.randn(64, 32), 64, None, small_batch=True)
+    assert scorer.kernel_table.cold
+    assert events and events == ["evict", "time"] * (len(events) // 2)
+    events.clear()
+    model = WithHead()
+    assert not use_cpu_kernels(model).cold
+    assert events and set(events) == {"time"}
+
+
+def test_the_default_pairs_head_is_timed_cold_and_its_target_warm(fp32_pair):
+    from treegraft.drafters import make_mid_drafter
+
+    assert fp32_pair.mid.kernel_table.cold and make_mid_drafter(fp32_pair).scorer.kernel_table.cold
+    assert not fp32_pair.target.kernel_table.cold
+
+
 @pytest.mark.parametrize("path", ["packed16h", "packed8h"])
 def test_the_fp16_weight_kernel_is_the_fp32_product_of_the_rounded_weights_whatever_the_batch(path):
     """packed16h / packed8h (a drafter's paths, `half_drafter`): fp16 copies of the weights, fp32 FMA chains over k,

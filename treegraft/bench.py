@@ -335,7 +335,7 @@ def kernel_paths(engine) -> dict:
         for part, ms in (table.ms.items() if table else ()):
             label = name if name == "mid rows" else f"{name} {'layers' if part == 'body' else part}"
             parts[label] = {"chosen": dict(getattr(table, part)), "ms": ms,
-                            "prefetch": dict(table.prefetch.get(part, {}))}
+                            "prefetch": dict(table.prefetch.get(part, {})), "cold": table.cold}
     return parts
 
 
@@ -355,14 +355,15 @@ def kernel_table(meta: dict) -> list[str]:
     buckets = sorted({int(b) for p in parts.values() for b in p["chosen"]})
     lines = ["", "## CPU paths chosen at load", "",
              "Per part, its largest layer shape timed at every row bucket by `cpu_kernels` when the pair loaded "
-             "(streaming through the layers of that shape): the path chosen (packed@d: the packed kernel prefetching "
+             "(streaming through the layers of that shape; a drafter's part, marked cold, with the caches emptied before "
+             "each call, as a call meets it after the target's forward): the path chosen (packed@d: the packed kernel prefetching "
              "d floats ahead), its ms per layer / stock `F.linear`'s ms; the last column's path also takes every longer "
              "batch (a prompt's prefill; measured for the layers only)." + runtime_line(meta.get("runtime")), "",
              "| part | " + " | ".join(f"{b} rows" for b in buckets) + " |", "|---|" + "---|" * len(buckets)]
     for label, p in parts.items():
         chosen, ms, pf = ({int(k): v for k, v in d.items()} for d in (p["chosen"], p["ms"], p.get("prefetch", {})))
         name = {b: f"packed@{pf[b]}" if c == "packed" and b in pf else c for b, c in chosen.items()}
-        lines.append(f"| {label} | " + " | ".join(
+        lines.append(f"| {label}{' (cold)' if p.get('cold') else ''} | " + " | ".join(
             f"{name[b]} {ms[b][chosen[b]]:.3f} / {ms[b]['stock']:.3f}" if b in chosen else "-" for b in buckets) + " |")
     return lines
 

@@ -288,7 +288,7 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
         half = half_drafter(pair, torch_dtype, device)
         if half:  # the drafter's own weights only (a mid LM's output head may be the target's)
             half_weights(mid, keep={p.untyped_storage().data_ptr() for p in target.parameters()})
-        use_cpu_kernels(mid, allowed=allowed + (HALF_PATHS if half else ()))
+        use_cpu_kernels(mid, allowed=allowed + (HALF_PATHS if half else ()), cold=True)  # as a call meets it
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)), corpus)
 
 

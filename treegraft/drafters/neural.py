@@ -131,8 +131,9 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
     hidden [n, H] -> logits [n, S]. A mid call scores a pool of 1-20 nodes, the few-row case where BLAS's
     general kernel is slowest on a CPU (the draft head's 8,192 rows: 2.7x slower at 8 rows than the packed path
     here), so `small_batch` (the pair's `small_batch_linear`, CPU) routes it through the paths `cpu_kernels`
-    measures at load, as the target's own head is. `half` (`PairConfig.half_drafter`): its rows are a copy rounded to
-    fp16, never the target's own, and the fp16 kernel is one of those paths."""
+    measures at load (cold: as a call meets them, after the target's forward), as the target's own head is.
+    `half` (`PairConfig.half_drafter`): its rows are a copy rounded to fp16, never the target's own, and the fp16
+    kernel is one of those paths."""
     rows = output_weight[:vocab_size]  # [V, hidden]; padded embedding rows are ignored
     vocab = col_of = None
     if draft_vocab is not None:
@@ -146,7 +147,7 @@ def draft_output(output_weight: torch.Tensor, vocab_size: int, draft_vocab: torc
     if small_batch:
         from ..cpu_kernels import HALF_PATHS, PATHS, use_cpu_kernels
 
-        use_cpu_kernels(scorer, allowed=PATHS + (HALF_PATHS if half else ()), prefill=False)
+        use_cpu_kernels(scorer, allowed=PATHS + (HALF_PATHS if half else ()), prefill=False, cold=True)
     return scorer.requires_grad_(False), vocab, col_of
 
 
