@@ -6,7 +6,9 @@ signal before the call would keep (`SIGNALS`: the target's top-1 probability at 
 the n-gram drafter's match at the root; thresholds at their quartiles), and what calling always would give if a call
 round cost `--cheaper` ms less (the head and its glue made cheaper, the same tokens). `--by-category`: the same bounds
 within each category too (where a category's target lies beyond calling always and the per-prompt hindsight, only a
-rule that finds the rounds where a call pays, or a cheaper call, reaches it).
+rule that finds the rounds where a call pays, or a cheaper call, reaches it). `--learned`: a rule that reads every
+signal at once, a ridge regression of a call's net gain on them, fitted on the other prompts and replayed on each one
+(leave one prompt out), so it shows whether the signals together find the paying rounds that none finds alone.
 
     PYTHONPATH=. .venv/bin/python scripts/gate_replay.py artifacts/call_trials-bench.json artifacts/call_trials-unseen.json
 """
@@ -74,6 +76,42 @@ def bounds(prompts: dict, cheaper: list[float]) -> dict[str, tuple[float, float]
     return out
 
 
+def signal_row(r: dict) -> list[float]:
+    """A round's signals as numbers: each of `SIGNALS` it carries (a missing previous round: 0 and a flag), the
+    copied span on a log scale; the target's entropy at the root where the row has it."""
+    out = []
+    for sig in SIGNALS + ("ent",):
+        if sig not in r:
+            continue
+        x = r[sig]
+        out += [0.0 if x is None else float(np.log1p(x) if sig == "ng_span" else x)] + (
+            [float(x is None)] if sig.startswith("prev") else [])
+    return out
+
+
+def learned(prompts: dict, ridge: float = 10.0) -> tuple[float, float]:
+    """(mean per-prompt speed against all-small's, share of rounds called) of "call where the predicted net gain
+    (tokens) is positive", the prediction a ridge regression on `signal_row` fitted on every other prompt's
+    rounds."""
+    keys = list(prompts)
+    rows = {k: np.array([signal_row(r) for r in prompts[k]]) for k in keys}
+    rounds = [r for rs in prompts.values() for r in rs]
+    rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
+    gains = {k: np.array([r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) for r in prompts[k]])
+             for k in keys}
+    speeds, called = [], []
+    for k in keys:
+        x = np.concatenate([rows[j] for j in keys if j != k])
+        y = np.concatenate([gains[j] for j in keys if j != k])
+        mu, sd = x.mean(0), x.std(0) + 1e-9
+        z = np.c_[(x - mu) / sd, np.ones(len(x))]
+        w = np.linalg.solve(z.T @ z + ridge * np.eye(z.shape[1]), z.T @ y)
+        calls = (np.c_[(rows[k] - mu) / sd, np.ones(len(rows[k]))] @ w > 0).tolist()
+        speeds.append(speed(prompts[k], calls))
+        called += calls
+    return float(np.mean(speeds)), float(np.mean(called))
+
+
 def by_category(prompts: dict, cheaper: list[float]) -> dict[str, tuple[int, dict[str, tuple[float, float]]]]:
     """{category: (prompts, `bounds` over that category's prompts alone)}, categories in name order; calling always
     is among them (no cost saved), as the best rule that reads nothing."""
@@ -93,6 +131,7 @@ def main() -> None:
     ap.add_argument("files", nargs="+", help="scripts/call_trials.py outputs")
     ap.add_argument("--cheaper", default="1,2,3", help="ms a call round might save (comma-separated)")
     ap.add_argument("--by-category", action="store_true", help="the bounds within each category as well")
+    ap.add_argument("--learned", action="store_true", help="a rule reading every signal at once, held out by prompt")
     args = ap.parse_args()
     cheaper = [float(c) for c in args.cheaper.split(",") if c]
     prompts = defaultdict(list)
@@ -111,6 +150,9 @@ def main() -> None:
         print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {calls / n:.0%} of rounds")
     for name, (ratio, share) in bounds(prompts, cheaper).items():
         print(f"{name:22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+    if args.learned:
+        ratio, share = learned(prompts)
+        print(f"{'learned, held out':22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
     if args.by_category:
         for cat, (n, out) in by_category(prompts, cheaper).items():
             print(f"{cat} ({n} prompts): " + "; ".join(f"{name} {ratio:.3f}x" for name, (ratio, _) in out.items()

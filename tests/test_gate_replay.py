@@ -72,3 +72,19 @@ def test_by_category_bounds_each_category_alone(replay):
     # the categories' own bounds, not the pooled ones: pooled, calling always averages a gain and a loss
     pooled = replay.bounds(prompts, [])["hindsight, per prompt"][0]
     assert pooled == pytest.approx((chat["always"][0] + 1.0) / 2)
+
+
+def test_the_learned_rule_is_fitted_without_the_prompt_it_replays(replay):
+    """Held out by prompt: where the signal that marks a paying round is the same in every prompt, the rule finds
+    those rounds in the prompt it never saw; where one prompt's signal says the opposite of the others', what they
+    taught loses there."""
+    def rounds(pays_at_high: bool):
+        return [dict(trial(2, 40.0, 5, 44.0) if (p1 > 0.5) == pays_at_high else trial(2, 40.0, 1, 44.0), p1=p1)
+                for p1 in (0.0, 1.0, 0.05, 0.95)]
+
+    same = {k: rounds(True) for k in "abc"}
+    ratio, share = replay.learned(same, ridge=0.1)
+    assert share == pytest.approx(0.5)  # exactly the paying rounds
+    assert ratio == pytest.approx(replay.bounds(same, [])["hindsight, per round"][0])
+    flipped = {"a": rounds(True), "b": rounds(True), "c": rounds(False)}
+    assert replay.learned(flipped, ridge=0.1)[0] < ratio
