@@ -51,7 +51,8 @@ def main() -> None:
                     continue  # not built on this host
                 fn = lambda: [ck.run_path(m, path, x[m], ck.PREFETCH[0]) for m in mods]  # noqa: E731
                 fn()
-                print(f"  {group}: {path:9s} warm {median_ms(fn, False, other):.3f}  cold {median_ms(fn, True, other):.3f}")
+                warm, cold = median_ms(fn, False, other), median_ms(fn, True, other)
+                print(f"  {group}: {path:9s} warm {warm:.3f}  cold {cold:.3f}")
     print("chosen at load: layers", head.kernel_table.body, "scorer", scorer.kernel_table.body)
 
 

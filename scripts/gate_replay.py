@@ -126,6 +126,10 @@ def by_category(prompts: dict, cheaper: list[float]) -> dict[str, tuple[int, dic
     return out
 
 
+def line(name: str, ratio: float, share: float) -> None:
+    print(f"{name:22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="scripts/call_trials.py outputs")
@@ -147,12 +151,11 @@ def main() -> None:
             base = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
             ratios.append(a / t / base)
             calls, n = calls + c, n + len(rounds)
-        print(f"{name:22s} {np.mean(ratios):.4f}x all-small's speed (mean per prompt), calls in {calls / n:.0%} of rounds")
+        line(name, float(np.mean(ratios)), calls / n)
     for name, (ratio, share) in bounds(prompts, cheaper).items():
-        print(f"{name:22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+        line(name, ratio, share)
     if args.learned:
-        ratio, share = learned(prompts)
-        print(f"{'learned, held out':22s} {ratio:.4f}x all-small's speed (mean per prompt), calls in {share:.0%} of rounds")
+        line("learned, held out", *learned(prompts))
     if args.by_category:
         for cat, (n, out) in by_category(prompts, cheaper).items():
             print(f"{cat} ({n} prompts): " + "; ".join(f"{name} {ratio:.3f}x" for name, (ratio, _) in out.items()

@@ -33,7 +33,7 @@ A drafter's paths (`use_cpu_kernels(..., cold=True)`) are timed *cold*: every ti
 `STREAM_BYTES` of other memory, because a call meets the drafter's weights after the target's forward has streamed
 its own (~0.5 GB here) through every cache. Timed warm, one layer shape of a drafter sits in the L3 and the fp32 paths
 win at 4+ rows; cold, the fp16 copies do (a 2-core Zen 4, the head's layers at 4 rows: 0.48 against 0.70 ms, its
-scorer 0.38 against 0.70; a live head step 2.65 -> 2.33 ms).
+scorer 0.38 against 0.63; a live head step 2.65 -> 2.30 ms: `scripts/cold_paths.py`).
 
 Nothing is assumed: at load, `use_cpu_kernels` times every available path for the
 body's largest layer shape and for the head, at every row bucket (1, 2, 4, ... 64) in
@@ -394,8 +394,8 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
             stream = same[:max(1, -(-STREAM_BYTES // (probe.weight.numel() * probe.weight.element_size())))]
             paths = _paths_for(probe, can_pack, allowed)
             _pack_for(stream, paths)
-            table.ms[part], table.prefetch[part] = measure(stream, part, paths=paths, prefill=prefill and part == "body",
-                                                           clock=cold_clock() if cold else _once_ms)
+            table.ms[part], table.prefetch[part] = measure(
+                stream, part, paths=paths, prefill=prefill and part == "body", clock=cold_clock() if cold else _once_ms)
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():  # keep exactly the packed copies the table's paths read
         used = _copies(p for p in getattr(table, part).values() if p in PACKED_KERNELS and PACKED_KERNELS[p].ops())
