@@ -1,12 +1,10 @@
 """The default pair's head: its Linear layers (fuse aside) and its scorer rows on each CPU path, warm (the weights
-in cache, as a one-layer drafter used to be timed at load) and cold (after writing through 96 MB of other memory, as a
-call meets them after the target's forward). Median ms of 30 calls per path and row count, then the paths the load
-chose (`cpu_kernels`, timed cold for a drafter). Run alone on the host.
+in cache, as a one-layer drafter used to be timed at load: `cpu_kernels._once_ms`) and cold (`cpu_kernels.cold_clock`,
+as a call meets them after the target's forward, and as a drafter's paths are timed at load now). Median ms of 30
+calls per path and row count, then the paths the load chose. Run alone on the host.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/cold_paths.py
 """
-import time
-
 import numpy as np
 import torch
 
@@ -18,15 +16,8 @@ from treegraft.models import load_pair_models
 PATHS = ("stock", "packed16", "packed16f", "packed16h", "packed8h")
 
 
-def median_ms(fn, cold: bool, other: torch.Tensor, calls: int = 30) -> float:
-    times = []
-    for _ in range(calls):
-        if cold:
-            other.add_(1.0)  # writes through every byte: the caches hold this now
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times))
+def median_ms(clock, fn, rows: int, path: str, calls: int = 30) -> float:
+    return float(np.median([clock(fn, rows, (path, ck.PREFETCH[0])) for _ in range(calls)]))
 
 
 @torch.no_grad()
@@ -40,7 +31,7 @@ def main() -> None:
             k = ck.PACKED_KERNELS[path]
             if k.ops() is not None and ck.packable(m, k.block) and getattr(m, k.attr, None) is None:
                 ck._pack(m, path)
-    other = torch.zeros(96 << 18)  # 96 MB
+    cold_clock = ck.cold_clock()
     for rows in (1, 2, 4, 6, 8):
         print(f"{rows} rows")
         for group, mods in (("layers", layers), ("scorer", [scorer])):
@@ -51,7 +42,7 @@ def main() -> None:
                     continue  # not built on this host
                 fn = lambda: [ck.run_path(m, path, x[m], ck.PREFETCH[0]) for m in mods]  # noqa: E731
                 fn()
-                warm, cold = median_ms(fn, False, other), median_ms(fn, True, other)
+                warm, cold = median_ms(ck._once_ms, fn, rows, path), median_ms(cold_clock, fn, rows, path)
                 print(f"  {group}: {path:9s} warm {warm:.3f}  cold {cold:.3f}")
     print("chosen at load: layers", head.kernel_table.body, "scorer", scorer.kernel_table.body)
 

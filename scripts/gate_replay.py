@@ -45,13 +45,19 @@ def speed(rounds: list[dict], called) -> float:
     return a / t / (sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds))
 
 
+def net_gain(rounds: list[dict]):
+    """A round -> a call's net gain there in tokens, (a - a') - rho (t - t'), its extra time priced at all-small's
+    rate rho over `rounds` (what the gate's margin sums, scheduler/online.py)."""
+    rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
+    return lambda r: r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"])
+
+
 def bounds(prompts: dict, cheaper: list[float]) -> dict[str, tuple[float, float]]:
     """{rule: (mean per-prompt speed against all-small's, share of rounds called)}: hindsight rules (no step-1 rule
     beats them on these rounds), thresholds on each of the `SIGNALS` the rows carry, and
     calling always with each call round `cheaper` ms shorter."""
     rounds = [r for rs in prompts.values() for r in rs]
-    rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
-    gain = lambda r: r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"])  # noqa: E731  net tokens
+    gain = net_gain(rounds)
     per_prompt = {k: speed(rs, [True] * len(rs)) > 1 for k, rs in prompts.items()}
     always = lambda k, rs: [True] * len(rs)  # noqa: E731
     rules = {"hindsight, per round": (lambda k, rs: [gain(r) > 0 for r in rs], 0.0),  # name -> (rule, ms cheaper)
@@ -95,10 +101,8 @@ def learned(prompts: dict, ridge: float = 10.0) -> tuple[float, float]:
     rounds."""
     keys = list(prompts)
     rows = {k: np.array([signal_row(r) for r in prompts[k]]) for k in keys}
-    rounds = [r for rs in prompts.values() for r in rs]
-    rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
-    gains = {k: np.array([r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) for r in prompts[k]])
-             for k in keys}
+    gain = net_gain([r for rs in prompts.values() for r in rs])
+    gains = {k: np.array([gain(r) for r in prompts[k]]) for k in keys}
     speeds, called = [], []
     for k in keys:
         x = np.concatenate([rows[j] for j in keys if j != k])
@@ -162,9 +166,8 @@ def main() -> None:
                                                         if not name.startswith("call where")))
     rounds = [r for rs in prompts.values() for r in rs]
     if all("p1" in r for r in rounds):
-        rho = sum(r["a_small"] for r in rounds) / sum(r["ms_small"] for r in rounds)
-        corr = np.corrcoef([r["p1"] for r in rounds],
-                           [r["a_call"] - r["a_small"] - rho * (r["ms_call"] - r["ms_small"]) for r in rounds])[0, 1]
+        gain = net_gain(rounds)
+        corr = np.corrcoef([r["p1"] for r in rounds], [gain(r) for r in rounds])[0, 1]
         print(f"the target's p1 at the root against a call's net gain (tokens): r = {corr:+.3f}")
 
 

@@ -1,14 +1,15 @@
-"""How close the AVX-512 packed kernel runs to the core's arithmetic: two 1,536 x 576 fp32 layers in cache, each path
-at 1-32 rows on one and on two torch threads, median of 200 calls, in GFLOP/s. Run alone on the host.
+"""How close the AVX-512 packed kernel runs to the core's arithmetic: two 1,536 x 576 fp32 layers in cache, timed by
+the load's own measurement (`cpu_kernels.measure`: every path at every row bucket, each packed path at its best
+prefetch distance, the median of interleaved rounds) on one and on two torch threads, in GFLOP/s. Run alone on the
+host.
 
     PYTHONPATH=. .venv/bin/python scripts/kernel_gflops.py
 """
-import time
-
-import numpy as np
 import torch
 
 from treegraft import cpu_kernels as ck
+
+PATHS = ("stock", "packed16", "packed16f")
 
 
 @torch.no_grad()
@@ -21,20 +22,10 @@ def main() -> None:
         ck._pack(m, "packed16")
     for threads in (1, 2):
         torch.set_num_threads(threads)
-        for rows in (1, 8, 12, 16, 24, 32):
-            x = torch.randn(rows, 576)
-            for path in ("packed16", "packed16f", "stock"):
-                fn = lambda: [ck.run_path(m, path, x, ck.PREFETCH[1]) for m in layers]  # noqa: E731
-                for _ in range(20):
-                    fn()
-                times = []
-                for _ in range(200):
-                    t0 = time.perf_counter()
-                    fn()
-                    times.append(time.perf_counter() - t0)
-                t = float(np.median(times)) / len(layers)
-                print(f"threads {threads} rows {rows:2d} {path:9s} {1e3 * t:.3f} ms a layer "
-                      f"{2 * rows * 576 * 1536 / t / 1e9:6.1f} GFLOP/s")
+        ms, _ = ck.measure(layers, "body", rounds=21, paths=PATHS)  # {rows: {path: ms a layer}}
+        for rows, by_path in ms.items():
+            print(f"threads {threads} rows {rows:2d} " + "  ".join(
+                f"{p} {t:.3f} ms {2 * rows * 576 * 1536 / t / 1e6:6.1f} GFLOP/s" for p, t in by_path.items()))
 
 
 if __name__ == "__main__":

@@ -358,7 +358,8 @@ def kernel_table(meta: dict) -> list[str]:
              "(streaming through the layers of that shape; a drafter's part, marked cold, with the caches emptied "
              "before each call, as a call meets it after the target's forward): the path chosen (packed@d: the packed "
              "kernel prefetching d floats ahead), its ms per layer / stock `F.linear`'s ms; the last column's path "
-             "also takes every longer batch (a prompt's prefill; measured for the layers only)." + runtime_line(meta.get("runtime")), "",
+             "also takes every longer batch (a prompt's prefill; measured for the layers only)."
+             + runtime_line(meta.get("runtime")), "",
              "| part | " + " | ".join(f"{b} rows" for b in buckets) + " |", "|---|" + "---|" * len(buckets)]
     for label, p in parts.items():
         chosen, ms, pf = ({int(k): v for k, v in d.items()} for d in (p["chosen"], p["ms"], p.get("prefetch", {})))
