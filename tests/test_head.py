@@ -96,28 +96,37 @@ def test_head_matches_sequential(tiny, small_batch, prefilled, direct):
 
 @pytest.mark.parametrize("layers", [1, 2])
 def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers):
-    """`check_direct` finds the layers called in turn bit-equal to the body's own forward on a Llama-class head
-    (so `load_head` turns it on), and so they are on a tree batch over a cache; a body whose forward does
-    more than rotary -> layers -> norm fails the check and keeps its own forward."""
+    """`check_direct` finds the layers called in turn, each as the lean sequence of its own submodules
+    (`lean_layer`), bit-equal to the body's own forward on a Llama-class head (so `load_head` turns both on), and so
+    they are on a tree batch over a cache, lean or not; a layer class `lean_layer` does not know keeps the stock
+    layer call, and a body whose forward does more than rotary -> layers -> norm fails the check and keeps its
+    own forward."""
+    from treegraft.drafters import head as head_module
+
     target = tiny_model(1)
     head = tiny_head(target, layers=layers)
-    assert head.check_direct()
+    assert head.check_direct() and head.lean
     rng = np.random.default_rng(1)
     tree = DraftTree.new(PROMPT[-1], capacity=64)
     grow(tree, rng, 12, SMALL, 1)
     nodes = np.arange(tree.n)  # the root and every node, in levels
-    drafters = [HeadDrafter(head, target.get_output_embeddings().weight, VOCAB) for _ in range(2)]
-    feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
     scores = []
-    for direct, drafter in zip((True, False), drafters):
-        head.direct = direct
-        drafter.start(feats)
+    for direct, lean in ((True, True), (True, False), (False, False)):
+        drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB)
+        head.direct, head.lean = direct, lean
+        drafter.start(target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0])
         drafter.prefill(PROMPT)
         scores.append(drafter.evaluate(tree, PROMPT, nodes).logq)
-    assert torch.equal(*scores)
+    assert torch.equal(scores[0], scores[2]) and torch.equal(scores[1], scores[2])
+    known = head_module.LEAN_LAYERS
+    head_module.LEAN_LAYERS = ()
+    try:
+        assert head.check_direct() and not head.lean
+    finally:
+        head_module.LEAN_LAYERS = known
     own = head.body.forward  # a model forward that scales its inputs first (as Gemma's does)
     head.body.forward = lambda inputs_embeds, **kw: own(inputs_embeds=inputs_embeds * 2.0, **kw)
-    assert not head.check_direct() and not head.direct
+    assert not head.check_direct() and not head.direct and not head.lean
 
 
 def test_a_two_layer_head_matches_sequential_and_saves_its_layers(tmp_path):
