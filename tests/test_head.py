@@ -95,7 +95,7 @@ def test_head_matches_sequential(tiny, small_batch, prefilled, direct):
 
 
 @pytest.mark.parametrize("layers", [1, 2])
-def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers):
+def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers, monkeypatch):
     """`check_direct` finds the layers called in turn, each as the lean sequence of its own submodules
     (`lean_layer`), bit-equal to the body's own forward on a Llama-class head (so `load_head` turns both on), and so
     they are on a tree batch over a cache, lean or not; a layer class `lean_layer` does not know keeps the stock
@@ -118,12 +118,8 @@ def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers):
         drafter.prefill(PROMPT)
         scores.append(drafter.evaluate(tree, PROMPT, nodes).logq)
     assert torch.equal(scores[0], scores[2]) and torch.equal(scores[1], scores[2])
-    known = head_module.LEAN_LAYERS
-    head_module.LEAN_LAYERS = ()
-    try:
-        assert head.check_direct() and not head.lean
-    finally:
-        head_module.LEAN_LAYERS = known
+    monkeypatch.setattr(head_module, "LEAN_LAYERS", ())
+    assert head.check_direct() and not head.lean
     own = head.body.forward  # a model forward that scales its inputs first (as Gemma's does)
     head.body.forward = lambda inputs_embeds, **kw: own(inputs_embeds=inputs_embeds * 2.0, **kw)
     assert not head.check_direct() and not head.direct and not head.lean

@@ -117,7 +117,7 @@ class DraftHead(nn.Module):
         position_embeddings = self.body.rotary_emb(x, position_ids=position_ids)
         for layer in self.body.layers:
             if self.lean:
-                x = lean_layer(layer, x, attention_mask, position_embeddings, cache if use_cache else None)
+                x = lean_layer(layer, x, attention_mask, position_embeddings, cache)
             else:
                 x = layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
                           use_cache=use_cache, position_embeddings=position_embeddings)
@@ -230,7 +230,8 @@ def lean_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor, position_e
     if cache is not None:
         k, v = cache.update(k, v, a.layer_idx)  # [b, kv_heads, L, d]
     attention = ALL_ATTENTION_FUNCTIONS.get_interface(a.config._attn_implementation, modeling.eager_attention_forward)
-    o, _ = attention(a, q, k, v, mask, dropout=0.0, scaling=a.scaling)  # [b, n, heads, d]
+    o, _ = attention(a, q, k, v, mask, dropout=a.attention_dropout if a.training else 0.0,
+                     scaling=a.scaling)  # [b, n, heads, d]
     x = x + a.o_proj.forward(o.reshape(*x.shape[:-1], -1).contiguous())
     h = layer.post_attention_layernorm.forward(x)
     return x + mlp.down_proj.forward(mlp.act_fn(mlp.gate_proj.forward(h)) * mlp.up_proj.forward(h))
