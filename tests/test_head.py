@@ -61,16 +61,24 @@ def tiny():
     return target, tiny_head(target)
 
 
-@pytest.mark.parametrize("small_batch,prefilled,direct", [(False, False, False), (True, False, False),
-                                                         (False, True, False), (True, True, True)])
-def test_head_matches_sequential(tiny, small_batch, prefilled, direct):
+@pytest.mark.parametrize("small_batch,prefilled,path", [(False, False, "stock"), (True, False, "stock"),
+                                                       (False, True, "stock"), (True, True, "direct"),
+                                                       (True, True, "fused"), (False, False, "fused")])
+def test_head_matches_sequential(tiny, small_batch, prefilled, path):
     """Three mid steps on one tree: n-gram-grown nodes under unvisited parents are evaluated in levels; the
     scores the same whether the output rows run stock or on the measured small-batch CPU paths, whether
-    the prompt was fed in the prefill or by the first call, and whether the head calls its body's layers
-    directly (the sequential reference always runs the body's own forward)."""
+    the prompt was fed in the prefill or by the first call, and whether the head runs its body's forward, calls its
+    layers directly, or runs the whole forward in one C++ call (`fused`; the sequential reference always runs the
+    body's own forward)."""
     target, head = tiny
-    head.direct = direct and head.check_direct()
-    assert head.direct == direct
+    assert head.check_direct()
+    if path == "fused" and head.fused is None:
+        from treegraft.drafters.fused import fused_unavailable
+
+        pytest.skip(fused_unavailable())
+    head.direct = path != "stock"
+    if path != "fused":
+        head.fused = None
     drafter = HeadDrafter(head, target.get_output_embeddings().weight, VOCAB, small_batch=small_batch)
     assert hasattr(drafter.scorer, "kernel_table") == small_batch
     feats = target.model(input_ids=torch.tensor([PROMPT[:-1]])).last_hidden_state[0]
@@ -106,6 +114,7 @@ def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers, monkeypa
     target = tiny_model(1)
     head = tiny_head(target, layers=layers)
     assert head.check_direct() and head.lean
+    head.fused = None  # the stock modules' paths here (the fused forward: test_the_fused_forward_...)
     rng = np.random.default_rng(1)
     tree = DraftTree.new(PROMPT[-1], capacity=64)
     grow(tree, rng, 12, SMALL, 1)
@@ -123,6 +132,67 @@ def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers, monkeypa
     own = head.body.forward  # a model forward that scales its inputs first (as Gemma's does)
     head.body.forward = lambda inputs_embeds, **kw: own(inputs_embeds=inputs_embeds * 2.0, **kw)
     assert not head.check_direct() and not head.direct and not head.lean
+
+
+def tree_pass(head, fused, seed: int = 0, past: int = 11, n: int = 7):
+    """A prefix of `past` tokens, then a tree batch of n over it (random parents' features, ids, a random tree mask):
+    (the batch's features [1, n, H], the cache's keys and values per layer), with `head.fused` set to `fused`."""
+    from treegraft.kv import GrowingCache
+
+    g = torch.Generator().manual_seed(seed)
+    h = head.config.hidden_size
+    feats, ids = torch.randn(1, past + n, h, generator=g), torch.randint(0, VOCAB, (1, past + n), generator=g)
+    low = torch.finfo(torch.float32).min
+    causal = torch.triu(torch.full((past, past), low), 1)[None, None]
+    mask = torch.zeros(1, 1, n, past + n)
+    mask[..., past:] = torch.where(torch.rand(n, n, generator=g) < 0.5, low, 0.0)
+    mask[..., past:].diagonal(dim1=-2, dim2=-1).zero_()
+    head.fused, cache = fused, GrowingCache()
+    head(feats[:, :past], ids[:, :past], causal, torch.arange(past)[None], cache, True)
+    out = head(feats[:, past:], ids[:, past:], mask, (past + torch.randint(0, 4, (n,), generator=g))[None], cache, True)
+    return out, [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+
+def assert_close_to_stock(head, fused):
+    ref, ref_cache = tree_pass(head, None)
+    out, cache = tree_pass(head, fused)
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5), (out - ref).abs().max()
+    for (k, v), (rk, rv) in zip(cache, ref_cache, strict=True):
+        assert k.shape == rk.shape and torch.allclose(k, rk, rtol=1e-4, atol=1e-5)
+        assert torch.allclose(v, rv, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_fused_forward_agrees_with_the_stock_one(layers, monkeypatch):
+    """The head's whole forward in one C++ call (drafters/fused.py): `check_direct` turns it on for a Llama-class
+    head; on a tree batch over a cache its features, and the keys and values it appends to every layer's cache,
+    agree with the stock forward's to float rounding, on fp32 weights and on fp16-exact ones (the pair's
+    `half_drafter`; then packed as fp16); a weight changed in place (as training does) is packed again; with
+    gradients on the stock forward runs; a layer class it does not know keeps the stock forward."""
+    from treegraft.cpu_kernels import half_weights
+    from treegraft.drafters import head as head_module
+    from treegraft.drafters.fused import fused_unavailable
+
+    if fused_unavailable():
+        pytest.skip(fused_unavailable())
+    target = tiny_model(1)
+    head = tiny_head(target, layers=layers)
+    assert head.check_direct() and head.fused is not None
+    fused = head.fused
+    assert_close_to_stock(head, fused)
+    assert fused.packed()[0].dtype == torch.float32
+    with torch.no_grad():
+        head.fc.weight.mul_(0.5)  # in place: the packed copies are stale unless packed again
+        head.body.layers[-1].mlp.down_proj.weight.mul_(2.0)
+    assert_close_to_stock(head, fused)
+    assert half_weights(head, keep={target.get_input_embeddings().weight.untyped_storage().data_ptr()}) > 0
+    assert_close_to_stock(head, fused)
+    assert fused.packed()[0].dtype == torch.float16
+    with torch.enable_grad():
+        out, _ = tree_pass(head, fused)
+    assert torch.equal(out, tree_pass(head, None)[0])
+    monkeypatch.setattr(head_module, "LEAN_LAYERS", ())
+    assert head.check_direct() and head.fused is None
 
 
 def test_a_two_layer_head_matches_sequential_and_saves_its_layers(tmp_path):

@@ -343,7 +343,8 @@ def runtime_line(rt: dict | None) -> str:
     if not rt:
         return ""
     return (f" Torch threads: {rt['threads']}; the packed kernel runs on {rt['packed_threads'] or 'none (not built)'}"
-            f"; the target's attention: `{rt['attention']}`.")
+            f"; the target's attention: `{rt['attention']}`"
+            + (f"; the draft head's forward: `{rt['head_forward']}`" if rt.get("head_forward") else "") + ".")
 
 
 def kernel_table(meta: dict) -> list[str]:
@@ -428,8 +429,10 @@ def bench_meta(pair: str, engine, prompts, gen, repeats, command: str, drafting=
 
 
 def runtime(engine) -> dict:
-    """Torch's intra-op threads, how many of them the packed kernel runs on, the target's attention function."""
+    """Torch's intra-op threads, how many of them the packed kernel runs on, the target's attention function, how
+    a draft head's forward runs (`DraftHead.path`)."""
     from .cpu_kernels import packed_threads
 
     return {"threads": torch.get_num_threads(), "packed_threads": packed_threads(),
-            "attention": getattr(engine.pair.target.config, "_attn_implementation", None)}
+            "attention": getattr(engine.pair.target.config, "_attn_implementation", None),
+            "head_forward": getattr(engine.pair.mid, "path", None)}

@@ -30,6 +30,16 @@ class GrowingLayer(DynamicLayer):
                    for t, b in zip((self.keys, self.values), self.buffers))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        keys, values, n = self.room(key_states, value_states)
+        need = n + key_states.shape[-2]
+        keys[..., n:need, :] = key_states
+        values[..., n:need, :] = value_states
+        return self.extend(need)
+
+    def room(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(keys buffer, values buffer [batch, kv_heads, capacity, head_dim], n): the buffers, grown where needed
+        so that slots [n, n + m) are free to write, n the slots held (the new states [batch, kv_heads, m, head_dim]:
+        only their shapes, dtype and device are read)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = self.keys.shape[-2] if self.keys.numel() else 0
@@ -43,9 +53,11 @@ class GrowingLayer(DynamicLayer):
                     buf[..., :n, :] = old
                 grown.append(buf)
             self.buffers = tuple(grown)
+        return *self.buffers, n
+
+    def extend(self, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hold the buffers' first `need` slots (written by `update` or by a fused forward) and return them."""
         keys, values = self.buffers
-        keys[..., n:need, :] = key_states
-        values[..., n:need, :] = value_states
         self.keys, self.values = keys[..., :need, :], values[..., :need, :]
         self.mine = (self.keys, self.values)
         return self.keys, self.values
@@ -56,6 +68,12 @@ class GrowingCache(DynamicCache):
 
     def __init__(self):
         Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
+
+    def layer(self, idx: int) -> GrowingLayer:
+        """Layer `idx`, made (empty) if no update has reached it yet."""
+        while len(self.layers) <= idx:
+            self.layers.append(self.layer_class_to_replicate())
+        return self.layers[idx]
 
 
 def keep_slots(cache: DynamicCache, prefix: int, slots: list[int] = ()) -> None:

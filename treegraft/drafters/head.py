@@ -88,6 +88,7 @@ class DraftHead(nn.Module):
         self.body.embed_tokens = embeddings  # the target's own, frozen, not saved
         self.direct = False  # call the body's layers directly (`check_direct`)
         self.lean = False  # and each layer's own submodules in turn (`lean_layer`; `check_direct`)
+        self.fused = None  # or the whole forward in one C++ call (`fused.FusedHead`; `check_direct`)
 
     @property
     def in_features(self) -> int:
@@ -102,9 +103,12 @@ class DraftHead(nn.Module):
                 position_ids: torch.Tensor | None = None, cache=None, use_cache: bool = False) -> torch.Tensor:
         """feats [b, n, H] (the parents' features), ids [b, n], attention_mask [b, 1, n, keys] (additive; None:
         causal), position_ids [b, n] -> predicted features [b, n, H]."""
+        tree = attention_mask is not None and attention_mask.ndim == 4 and position_ids is not None
+        if self.fused is not None and tree and isinstance(cache, GrowingCache) and not torch.is_grad_enabled():
+            return self.fused.forward(feats, ids, attention_mask, position_ids, cache, self.prefetch(ids.shape[-1]))
         x = self.fc(torch.cat([feats, self.body.embed_tokens(ids).to(feats.dtype)], dim=-1))  # [b, n, H]
         kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=use_cache)
-        if self.direct and attention_mask is not None and attention_mask.ndim == 4 and position_ids is not None:
+        if self.direct and tree:
             return self.layers_forward(x, **kw)
         return self.body(inputs_embeds=x, **kw).last_hidden_state
 
@@ -122,6 +126,18 @@ class DraftHead(nn.Module):
                 x = layer(x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
                           use_cache=use_cache, position_embeddings=position_embeddings)
         return self.body.norm(x)
+
+    @property
+    def path(self) -> str:
+        """How a tree batch runs (`check_direct`): fused, lean, direct or stock."""
+        return "fused" if self.fused is not None else "lean" if self.lean else "direct" if self.direct else "stock"
+
+    def prefetch(self, rows: int) -> int:
+        """The packed kernels' prefetch distance at this many rows: what the head's Linear layers' table measured."""
+        from ..cpu_kernels import PREFETCH
+
+        table = getattr(self.fc, "kernels", None)
+        return table.distance("body", rows) if table is not None else PREFETCH[0]
 
     @torch.no_grad()
     def check_direct(self) -> bool:
@@ -157,9 +173,42 @@ class DraftHead(nn.Module):
             self.lean = lean
             if torch.equal(run(self.layers_forward), ref):
                 self.direct = True
-                return True
-        self.lean = False
-        return False
+                break
+        else:
+            self.lean = False
+        self.check_fused()
+        return self.direct
+
+    @torch.no_grad()
+    def check_fused(self) -> bool:
+        """Set `fused` (`fused.FusedHead`, the whole forward in one C++ call) where `fused.fusable` allows it and
+        it agrees with the stock forward within `FUSED_RTOL` on a tree probe over a cache; else None."""
+        from .fused import FUSED_RTOL, FusedHead, fusable
+
+        self.fused = None
+        if fusable(self):
+            return False
+        p = next(self.parameters())
+        g = torch.Generator().manual_seed(1)
+        h, past, n = self.config.hidden_size, 9, 6
+        feats = torch.randn(1, past + n, h, generator=g).to(p.dtype)
+        ids = torch.randint(0, self.body.embed_tokens.num_embeddings, (1, past + n), generator=g)
+        causal = torch.triu(torch.full((past, past), torch.finfo(p.dtype).min), 1)[None, None]
+        mask = torch.zeros(1, 1, n, past + n)
+        mask[..., past:] = torch.where(torch.rand(n, n, generator=g) < 0.5, torch.finfo(p.dtype).min, 0.0)
+        mask[..., past:].diagonal(dim1=-2, dim2=-1).zero_()
+        positions = (torch.arange(past)[None], (past + torch.tensor([0, 1, 1, 2, 2, 3]))[None])
+
+        def run(fused) -> torch.Tensor:
+            self.fused, cache = fused, GrowingCache()
+            self(feats[:, :past], ids[:, :past], causal, positions[0], cache, True)
+            return self(feats[:, past:], ids[:, past:], mask.to(p.dtype), positions[1], cache, True)
+
+        ref = run(None)
+        out = run(FusedHead(self))
+        if not (out - ref).abs().max() <= FUSED_RTOL * ref.abs().max():
+            self.fused = None
+        return self.fused is not None
 
     def own_state(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("body.embed_tokens")}
