@@ -1,14 +1,15 @@
 """The benchmark command end to end on a tiny setting: all three files, every field, exact outputs."""
 import json
 
+import numpy as np
 import pytest
 
 from treegraft.cli import main
 
 ROW_FIELDS = {"prompt_id", "category", "method", "new_tokens", "wall_s", "rounds", "mean_accepted",
-              "tokens_per_round", "tokens_per_s", "draft_s", "verify_s", "mid_calls", "sched_s", "speedup",
+              "tokens_per_round", "tokens_per_s", "draft_s", "verify_s", "mid_calls", "sched_s", "speedup", "decode_speedup",
               "exact", "mid_pool", "mid_nk", "reselect_rate"}
-SUMMARY_FIELDS = {"speedup", "speedup_ci95", "mid_ms_per_call", "mean_accepted", "tokens_per_round", "tokens_per_s", "draft_share", "verify_share",
+SUMMARY_FIELDS = {"speedup", "speedup_ci95", "decode_speedup", "mid_ms_per_call", "mean_accepted", "tokens_per_round", "tokens_per_s", "draft_share", "verify_share",
                   "mid_calls_per_round", "mid_call_rate_per_step", "sched_ms_per_step", "mid_pool",
                   "pool_over_nk", "reselect_rate", "exact_rate"}
 
@@ -79,7 +80,17 @@ def test_bench_isolates_methods_and_reports_statistics(engine):
     timed = seen[len(methods):]  # after the warm-ups
     assert len(timed) == len(prompts) * len(methods) * 2 and all(s == timed[0] for s in timed)
     assert all(r["exact"] for r in rows)
-    summary = {"overall": summarise(rows), "per_category": summarise(rows, "category")}
+    from treegraft.bench import paired
+
+    summary = {"overall": summarise(rows), "per_category": summarise(rows, "category"), "paired": paired(rows)}
+    by = {(r["method"], r["prompt_id"], r["repeat"]): r for r in rows}
+    after = [(b["wall_s"] - b["prefill_s"]) / (r["wall_s"] - r["prefill_s"])  # after the prefill, per prompt and repeat
+             for (m, *k), r in by.items() if m == "treegraft" for b in [by[("all-small", *k)]]]
+    tg = summary["paired"]["treegraft / all-small"]
+    assert tg["all"]["n"] == len(after) == 2 * len(prompts) and abs(tg["all"]["decode"] - np.mean(after)) < 1e-12
+    assert set(summary["paired"]) == {f"{m} / {b}" for m in ("treegraft", "hf-pld", "all-mid", "all-small")
+                                      for b in ("all-small", "all-mid") if m != b} - {"all-small / all-mid"}
+    assert all(r["decode_speedup"] > 0 for r in rows)
     pld = summary["overall"]["hf-pld"]["all"]
     assert pld["mean_accepted"] is None and pld["mid_calls_per_round"] is None and pld["speedup"] > 0
     assert summary["overall"]["all-small"]["all"]["pool_over_nk"] is None  # no mid step: no ratio
@@ -105,7 +116,9 @@ def test_bench_isolates_methods_and_reports_statistics(engine):
     assert "## Mid calls per draft step, per category" in text and "## 95% interval of the speedup per category" in text
     assert "| hf-pld | " in text and "1000000000" not in text
     pld_line = next(ln for ln in text.splitlines() if ln.startswith("| hf-pld |"))
-    assert pld_line.split("|")[4].strip() == "-"  # mean A does not apply to prompt lookup
+    assert pld_line.split("|")[5].strip() == "-"  # mean A does not apply to prompt lookup
+    assert "## Paired against each single drafter" in text
+    assert f"| treegraft / all-small | {tg['all']['ratio']:.3f}x | " in text
 
 
 def test_bench_method_suffixes_set_the_tree_shape_and_reject_bad_values():

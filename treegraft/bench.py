@@ -171,7 +171,43 @@ def add_speedups(rows: list[dict]) -> None:
     for r in rows:
         base = ar[(r["prompt_id"], r["repeat"])]
         r["speedup"] = base["wall_s"] / r["wall_s"]
+        r["decode_speedup"] = decode_s(base) / decode_s(r)
         r["exact"] = r["tokens"] == base["tokens"]
+
+
+def decode_s(row: dict) -> float:
+    """A generation's time after its prefill: the part speculation changes (the prefill is the same target forward in
+    every method; with 64 new tokens it is ~20% of a speculative method's wall time on a 2-core CPU)."""
+    return max(row["wall_s"] - row["prefill_s"], 1e-9)
+
+
+PAIRED_BASES = ("all-small", "all-mid")  # the single drafters a method is paired against (`paired`)
+
+
+def paired(rows: list[dict]) -> dict:
+    """{"method / base": {"all" | category: figures}}: per prompt and repeat, the base's time over the method's, end to
+    end and after the prefill (`decode_s`), each mean with its 95% bootstrap interval; for every method but AR
+    against each single drafter of `PAIRED_BASES` that ran."""
+    by = {(r["method"], r["prompt_id"], r["repeat"]): r for r in rows}
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    out = {}
+    for base in (b for b in PAIRED_BASES if b in methods):
+        for m in (m for m in methods if m not in ("ar", base) and not (m in PAIRED_BASES and base == "all-mid")):
+            pairs = [(by[k], by[(base, *k[1:])]) for k in by if k[0] == m and (base, *k[1:]) in by]
+            groups = {"all": pairs}
+            for r, b in pairs:
+                groups.setdefault(r["category"], []).append((r, b))
+            out[f"{m} / {base}"] = {g: paired_figures(ps) for g, ps in groups.items()}
+    return out
+
+
+def paired_figures(pairs: list[tuple[dict, dict]]) -> dict:
+    """(method row, base row) pairs -> the base's time over the method's, mean and 95% interval, end to end and
+    after the prefill."""
+    e2e = [b["wall_s"] / r["wall_s"] for r, b in pairs]
+    dec = [decode_s(b) / decode_s(r) for r, b in pairs]
+    return {"ratio": float(np.mean(e2e)), "ci95": bootstrap_ci(e2e), "decode": float(np.mean(dec)),
+            "decode_ci95": bootstrap_ci(dec), "n": len(pairs)}
 
 
 PER_ROUND_FIGURES = ("mean_accepted", "tokens_per_round", "draft_share", "verify_share", "mid_calls_per_round",
@@ -198,6 +234,7 @@ def summarise(rows: list[dict], key: str | None = None) -> dict:
         fig = {
             "speedup": mean([r["speedup"] for r in rs]),
             "speedup_ci95": bootstrap_ci([r["speedup"] for r in rs]),
+            "decode_speedup": mean([r.get("decode_speedup") for r in rs]),
             "mean_accepted": mean([r["mean_accepted"] for r in rs]),
             "tokens_per_round": mean([r["tokens_per_round"] for r in rs]),
             "tokens_per_s": mean([r["tokens_per_s"] for r in rs]),
@@ -251,7 +288,7 @@ def overhead(rs: list[dict]) -> dict:
 
 def write_outputs(out: Path, rows: list[dict], meta: dict, png: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"overall": summarise(rows), "per_category": summarise(rows, "category")}
+    summary = {"overall": summarise(rows), "per_category": summarise(rows, "category"), "paired": paired(rows)}
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
     fields = [k for k in rows[0] if k not in ("tokens", "notes", "profile_ms")]
     with (out / "results.csv").open("w", newline="") as f:
@@ -265,6 +302,27 @@ def write_outputs(out: Path, rows: list[dict], meta: dict, png: bool = True) -> 
     return summary
 
 
+def paired_table(pairs: dict, cats: list[str]) -> list[str]:
+    """Each method against each single drafter, paired per prompt and repeat (`paired`): overall with 95% intervals,
+    end to end and after the prefill, then the latter per category."""
+    if not pairs:
+        return []
+
+    def ci(v):
+        return f"{v[0]:.3f}-{v[1]:.3f}" if v else "-"
+
+    lines = ["", "## Paired against each single drafter", "",
+             "Per prompt and repeat, the single drafter's time over the method's (greedy outputs are identical); end to "
+             "end, and after the prefill (the same target forward in every method, which speculation cannot change).",
+             "", "| method / drafter | end to end | 95% interval | after the prefill | 95% interval | "
+             + " | ".join(f"{c} (after the prefill)" for c in cats) + " |", "|---|---|---|---|---|" + "---|" * len(cats)]
+    for name, g in pairs.items():
+        a = g["all"]
+        lines.append(f"| {name} | {a['ratio']:.3f}x | {ci(a['ci95'])} | {a['decode']:.3f}x | {ci(a['decode_ci95'])} | "
+                     + " | ".join(f"{g[c]['decode']:.3f}" if c in g else "-" for c in cats) + " |")
+    return lines
+
+
 def fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
@@ -276,14 +334,14 @@ def report(summary: dict, meta: dict) -> str:
              f"dtype {meta['dtype']}, {meta['prompts']} prompts x {meta['max_new_tokens']} new tokens x "
              f"{meta['repeats']} repeat(s), greedy, {meta['date']}", ""] + cost_table(meta) + kernel_table(meta)
     lines += ["",
-              "| method | speedup vs AR | 95% interval | mean A | tokens/round | tokens/s | draft share | verify share | "
-              "mid calls/round | steps/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| method | speedup vs AR | 95% interval | after the prefill | mean A | tokens/round | tokens/s | draft share | "
+              "verify share | mid calls/round | steps/round | sched ms/step | mid pool | pool/N_k | reselect | exact |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, cats in summary["overall"].items():
         s = cats["all"]
         ci = s["speedup_ci95"]
         lines.append(f"| {method} | {fmt(s['speedup'])}x | {f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'} | "
-                     f"{fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
+                     f"{fmt(s.get('decode_speedup'))}x | {fmt(s['mean_accepted'])} | {fmt(s['tokens_per_round'])} | "
                      f"{fmt(s['tokens_per_s'], '.1f')} | {fmt(s['draft_share'])} | {fmt(s['verify_share'])} | "
                      f"{fmt(s['mid_calls_per_round'])} | {fmt(s['steps_per_round'])} | "
                      f"{fmt(s['sched_ms_per_step'], '.3f')} | "
@@ -295,6 +353,7 @@ def report(summary: dict, meta: dict) -> str:
     for method, by_cat in summary["per_category"].items():
         lines.append(f"| {method} | " + " | ".join(fmt(by_cat.get(c, {}).get("speedup")) for c in cats) + " |")
     return "\n".join(lines + category_table(summary, cats, "speedup_ci95", "95% interval of the speedup per category")
+                     + paired_table(summary.get("paired") or {}, cats)
                      + category_table(summary, cats, "mid_call_rate_per_step", "Mid calls per draft step, per category")
                      + mid_cost_table(summary, meta) + overhead_table(summary)) + "\n"
 
