@@ -107,6 +107,10 @@ def test_bench_isolates_methods_and_reports_statistics(engine):
     assert "## CPU paths chosen at load" in text
     threads = meta["runtime"]["packed_threads"] or "none (not built)"
     assert f"the packed kernel runs on {threads}; the target's attention: `treegraft_sdpa`" in text
+    from treegraft.drafters.fused import fused_unavailable
+
+    head_path = "lean" if fused_unavailable() else "fused"  # the default pair's head, in one C++ call where it builds
+    assert meta["runtime"]["head_forward"] == head_path and f"the draft head's forward: `{head_path}`" in text
     rows_line = next(ln for ln in text.splitlines() if ln.startswith("| mid rows (cold) |"))  # timed as a call meets it
     assert next(ln for ln in text.splitlines() if ln.startswith("| target layers |"))
     rows = meta["kernels"]["mid rows"]

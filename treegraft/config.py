@@ -148,8 +148,10 @@ class PairConfig(_Strict):
     corpus: list[str] = Field(default_factory=list, description="the target's own earlier answers (.npz files of "
                               "token ids, `python -m treegraft corpus`; models.yaml: one path or a list, read as one "
                               "store): the n-gram drafter's second source, beside the context")
-    small_batch_linear: bool = Field(True, description="CPU: run 2-8-row Linear inputs and the output head "
-                                                        "as W @ x.T (treegraft/cpu_kernels.py)")
+    small_batch_linear: bool = Field(True, description="CPU: few-row Linear inputs and the output head on the "
+                                                        "path measured fastest at load (treegraft/cpu_kernels.py), "
+                                                        "and a draft head's forward in one C++ call "
+                                                        "(treegraft/drafters/fused.py)")
     lazy_logits: Literal["auto", "on", "off"] = Field("auto", description="verification computes the target's "
                                                       "logits only at the rows acceptance walks (treegraft/target.py); "
                                                       "auto: on for a CPU, off for a GPU (a batched head is free there)")
