@@ -1,11 +1,17 @@
 """The default pair's draft head, its forward on the fused C++ call (`drafters/fused.py`) against the lean stock layers,
 in one process: one tree batch of 1 / 4 / 8 rows over a 300-token cache, warm and after 64 MB of other reads (as a call
 meets it after the target's forward), medians of 60 calls, each variant twice interleaved; and the largest relative
-difference between the two paths' features. Run alone on the host (it times calls).
+difference between the two paths' features. `--live CATEGORY`: instead, treegraft on the bench suite's prompts of
+that category (64 new tokens, the engine warmed and calibrated first), each path twice, alternating, with a head
+step's parts timed as they run (the forward, the scores, the layout, grafting). Run alone on the host (it times calls).
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/head_forward_ab.py
+    PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/head_forward_ab.py --live chat
 """
+import argparse
+import functools
 import time
+from collections import Counter, defaultdict
 
 import numpy as np
 import torch
@@ -39,7 +45,55 @@ def timed(head, fused, rows: int, cold: bool, junk: torch.Tensor) -> tuple[float
     return float(np.median(ms)), torch.cat(outs, 1)
 
 
+def live(category: str) -> None:
+    """Treegraft's generations of one category, fused and lean alternately: ms per head step and per part."""
+    from treegraft.config import GenerationConfig
+    from treegraft.drafters import graft, head as head_module
+    from treegraft.engine import Engine
+    from treegraft.methods import MethodSpec
+    from treegraft.prompts import load_prompts, select
+
+    pair = load_pair("default", DEFAULT_MODELS_YAML)
+    engine = Engine(load_pair_models(pair, "float32"))
+    ms, calls = defaultdict(float), Counter()
+    for owner, name, label in ((graft.MidGrafter, "step", "step"), (graft.MidGrafter, "_graft", "graft"),
+                               (head_module.HeadDrafter, "_forward", "forward"),
+                               (head_module.HeadDrafter, "_scores", "scores"),
+                               (head_module.HeadDrafter, "_layout", "layout")):
+        def timed_part(*args, _f=getattr(owner, name), _label=label, **kwargs):
+            t = time.perf_counter()
+            out = _f(*args, **kwargs)
+            ms[_label] += 1000 * (time.perf_counter() - t)
+            calls[_label] += 1
+            return out
+        setattr(owner, name, functools.wraps(getattr(owner, name))(timed_part))
+    head, fused = engine.mid.head, engine.mid.head.fused
+    prompts = [p for p in select(load_prompts("bench"), per_category=4) if p.category == category]
+    gen = GenerationConfig(max_new_tokens=64)
+    for m in ("ar", "all-small", "treegraft"):  # the bench's warm-up: every path once, the calibration
+        engine.generate(engine.encode(prompts[0].messages), MethodSpec(m), pair.drafting,
+                        gen.model_copy(update={"max_new_tokens": 8}))
+    state = engine.state()
+    print(f"treegraft on {len(prompts)} {category} prompts x 64 tokens; ms per head step (its parts)")
+    for run in range(4):
+        head.fused = fused if run % 2 == 0 else None
+        ms.clear()
+        calls.clear()
+        for p in prompts:
+            engine.restore(state)
+            engine.generate(engine.encode(p.messages), MethodSpec("treegraft"), pair.drafting, gen)
+        steps = max(calls["step"], 1)
+        print(f"{head.path:6s} step {ms['step'] / steps:.2f}  " + "  ".join(
+            f"{k} {ms[k] / steps:.2f}" for k in ("forward", "scores", "layout", "graft")) + f"  ({steps} steps)")
+    head.fused = fused
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--live", metavar="CATEGORY", help="time head steps in treegraft's generations of this category")
+    args = ap.parse_args()
+    if args.live:
+        return live(args.live)
     head = load_pair_models(load_pair("default", DEFAULT_MODELS_YAML), "float32").mid
     print(f"head path {head.path}; 2 torch threads; {CACHED} cached tokens; medians of {CALLS} forwards, ms")
     if head.fused is None:

@@ -42,6 +42,12 @@ its own training and gives up the exactness of `test_head_matches_sequential`
 (every node's score equals a sequential computation over its path), so it was
 not taken.
 
+How a tree batch runs (`DraftHead.path`, chosen at load by `check_direct`): on a CPU in fp32, a Llama-class head's
+whole forward as one C++ call (`fused`, `drafters/fused.py`: a drafting step's ~45 small tensor ops cost a cold
+interpreter and dispatcher each), checked to agree with the stock forward to float rounding; else the body's layers
+called directly, each as the lean sequence of its own stock submodules (`lean_layer`), where bit-equal to the
+body's forward; else the body's own forward.
+
 At the end of a round the node slots are dropped and the newly committed tokens
 are fed at the next call with the target's real features (as EAGLE does), so the
 head's committed cache always holds what training saw.
@@ -104,7 +110,8 @@ class DraftHead(nn.Module):
         """feats [b, n, H] (the parents' features), ids [b, n], attention_mask [b, 1, n, keys] (additive; None:
         causal), position_ids [b, n] -> predicted features [b, n, H]."""
         tree = attention_mask is not None and attention_mask.ndim == 4 and position_ids is not None
-        if self.fused is not None and tree and isinstance(cache, GrowingCache) and not torch.is_grad_enabled():
+        if (self.fused is not None and tree and use_cache and isinstance(cache, GrowingCache)
+                and not torch.is_grad_enabled()):
             return self.fused.forward(feats, ids, attention_mask, position_ids, cache, self.prefetch(ids.shape[-1]))
         x = self.fc(torch.cat([feats, self.body.embed_tokens(ids).to(feats.dtype)], dim=-1))  # [b, n, H]
         kw = dict(attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=use_cache)
@@ -144,7 +151,8 @@ class DraftHead(nn.Module):
         """Set `direct` (and `lean`): whether `layers_forward` equals the body's own forward, bit for bit, on a
         probe (a tree mask over a cache), first with `lean` layers (where every layer is of a class `lean_layer`
         knows), then without: true for bodies whose forward is rotary -> layers -> norm (Llama, Qwen2/3, Mistral);
-        false where the model's forward does more (e.g. Gemma scales its inputs), which then keeps `body(...)`."""
+        false where the model's forward does more (e.g. Gemma scales its inputs), which then keeps `body(...)`.
+        Then `check_fused`."""
         from transformers import DynamicCache
 
         self.direct = self.lean = False
@@ -152,20 +160,12 @@ class DraftHead(nn.Module):
         g = torch.Generator().manual_seed(0)
         h, n, past = self.config.hidden_size, 5, 7
         x = torch.randn(1, past + n, h, generator=g).to(p.dtype)
-        mask = torch.zeros(1, 1, n, past + n)
-        mask[..., past:] = torch.where(torch.rand(n, n, generator=g) < 0.5, torch.finfo(torch.float32).min, 0.0)
-        mask[..., past:].diagonal(dim1=-2, dim2=-1).zero_()
-        mask = mask.to(p.dtype)
-        first = torch.arange(past)[None]
-        second = (past + torch.tensor([0, 1, 1, 2, 2]))[None]
+        causal, mask, first, second = tree_probe(past, n, g, p)
 
         def run(fn) -> torch.Tensor:
             cache = DynamicCache()
-            causal = torch.triu(torch.full((past, past), torch.finfo(torch.float32).min), 1)[None, None].to(p.dtype)
-            fn(x[:, :past].to(p.device), attention_mask=causal.to(p.device), position_ids=first.to(p.device),
-               cache=cache, use_cache=True)
-            return fn(x[:, past:].to(p.device), attention_mask=mask.to(p.device), position_ids=second.to(p.device),
-                      cache=cache, use_cache=True)
+            fn(x[:, :past].to(p.device), attention_mask=causal, position_ids=first, cache=cache, use_cache=True)
+            return fn(x[:, past:].to(p.device), attention_mask=mask, position_ids=second, cache=cache, use_cache=True)
 
         ref = run(lambda y, **kw: self.body(inputs_embeds=y, **kw).last_hidden_state)
         for lean in ((True, False) if all(type(layer).__name__ in LEAN_LAYERS for layer in self.body.layers)
@@ -193,16 +193,12 @@ class DraftHead(nn.Module):
         h, past, n = self.config.hidden_size, 9, 6
         feats = torch.randn(1, past + n, h, generator=g).to(p.dtype)
         ids = torch.randint(0, self.body.embed_tokens.num_embeddings, (1, past + n), generator=g)
-        causal = torch.triu(torch.full((past, past), torch.finfo(p.dtype).min), 1)[None, None]
-        mask = torch.zeros(1, 1, n, past + n)
-        mask[..., past:] = torch.where(torch.rand(n, n, generator=g) < 0.5, torch.finfo(p.dtype).min, 0.0)
-        mask[..., past:].diagonal(dim1=-2, dim2=-1).zero_()
-        positions = (torch.arange(past)[None], (past + torch.tensor([0, 1, 1, 2, 2, 3]))[None])
+        causal, mask, first, second = tree_probe(past, n, g, p)
 
         def run(fused) -> torch.Tensor:
             self.fused, cache = fused, GrowingCache()
-            self(feats[:, :past], ids[:, :past], causal, positions[0], cache, True)
-            return self(feats[:, past:], ids[:, past:], mask.to(p.dtype), positions[1], cache, True)
+            self(feats[:, :past], ids[:, :past], causal, first, cache, True)
+            return self(feats[:, past:], ids[:, past:], mask, second, cache, True)
 
         ref = run(None)
         out = run(FusedHead(self))
@@ -255,6 +251,19 @@ class DraftHead(nn.Module):
             eye = torch.eye(head.config.hidden_size)
             head.fc.weight.copy_(torch.cat([eye, eye], dim=1) * 0.5)
         return head
+
+
+def tree_probe(past: int, n: int, g: torch.Generator, like: torch.Tensor):
+    """A probe of `check_direct` / `check_fused` (on `like`'s dtype and device): (causal mask [1, 1, past, past] of
+    a prefix, a random tree mask [1, 1, n, past + n] over it (each row sees the prefix, itself and a random half of
+    the other rows), the prefix's positions [1, past], the rows' positions [1, n] at depths 0, 1, 1, 2, 2, ...)."""
+    low = torch.finfo(like.dtype).min
+    causal = torch.triu(torch.full((past, past), low), 1)[None, None]
+    mask = torch.zeros(1, 1, n, past + n)
+    mask[..., past:] = torch.where(torch.rand(n, n, generator=g) < 0.5, low, 0.0)
+    mask[..., past:].diagonal(dim1=-2, dim2=-1).zero_()
+    second = past + (torch.arange(n) + 1) // 2
+    return (causal.to(like), mask.to(like), torch.arange(past)[None].to(like.device), second[None].to(like.device))
 
 
 LEAN_LAYERS = ("LlamaDecoderLayer",)  # the stock layer classes whose forward `lean_layer` repeats
