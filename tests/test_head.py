@@ -72,6 +72,7 @@ def test_head_matches_sequential(tiny, small_batch, prefilled, path):
     body's own forward)."""
     target, head = tiny
     assert head.check_direct()
+    head.check_fused()
     if path == "fused" and head.fused is None:
         from treegraft.drafters.fused import fused_unavailable
 
@@ -113,8 +114,7 @@ def test_the_direct_layer_path_is_bit_equal_to_the_body_forward(layers, monkeypa
 
     target = tiny_model(1)
     head = tiny_head(target, layers=layers)
-    assert head.check_direct() and head.lean
-    head.fused = None  # the stock modules' paths here (the fused forward: test_the_fused_forward_...)
+    assert head.check_direct() and head.lean and head.fused is None  # the fused forward is the loader's call
     rng = np.random.default_rng(1)
     tree = DraftTree.new(PROMPT[-1], capacity=64)
     grow(tree, rng, 12, SMALL, 1)
@@ -164,7 +164,7 @@ def assert_close_to_stock(head, fused):
 
 @pytest.mark.parametrize("layers", [1, 2])
 def test_the_fused_forward_agrees_with_the_stock_one(layers, monkeypatch):
-    """The head's whole forward in one C++ call (drafters/fused.py): `check_direct` turns it on for a Llama-class
+    """The head's whole forward in one C++ call (drafters/fused.py): `check_fused` turns it on for a Llama-class
     head; on a tree batch over a cache its features, and the keys and values it appends to every layer's cache,
     agree with the stock forward's to float rounding, on fp32 weights and on fp16-exact ones (the pair's
     `half_drafter`; then packed as fp16); a weight changed in place (as training does) is packed again; with
@@ -177,7 +177,7 @@ def test_the_fused_forward_agrees_with_the_stock_one(layers, monkeypatch):
         pytest.skip(fused_unavailable())
     target = tiny_model(1)
     head = tiny_head(target, layers=layers)
-    assert head.check_direct() and head.fused is not None
+    assert head.check_direct() and head.check_fused() and head.fused is not None
     fused = head.fused
     assert_close_to_stock(head, fused)
     assert fused.packed()[0].dtype == torch.float32
@@ -192,7 +192,7 @@ def test_the_fused_forward_agrees_with_the_stock_one(layers, monkeypatch):
         out, _ = tree_pass(head, fused)
     assert torch.equal(out, tree_pass(head, None)[0])
     monkeypatch.setattr(head_module, "LEAN_LAYERS", ())
-    assert head.check_direct() and head.fused is None
+    assert head.check_direct() and not head.check_fused() and head.fused is None
 
 
 def test_a_two_layer_head_matches_sequential_and_saves_its_layers(tmp_path):

@@ -184,14 +184,14 @@ def decode_s(row: dict) -> float:
 PAIRED_BASES = ("all-small", "all-mid")  # the single drafters a method is paired against (`paired`)
 
 
-def paired(rows: list[dict]) -> dict:
+def paired(rows: list[dict], bases: tuple[str, ...] = PAIRED_BASES) -> dict:
     """{"method / base": {"all" | category: figures}}: per prompt and repeat, the base's time over the method's, end to
     end and after the prefill (`decode_s`), each mean with its 95% bootstrap interval; for every method but AR
-    against each single drafter of `PAIRED_BASES` that ran."""
+    against each base of `bases` (the single drafters) that ran."""
     by = {(r["method"], r["prompt_id"], r["repeat"]): r for r in rows}
     methods = list(dict.fromkeys(r["method"] for r in rows))
     out = {}
-    for base in (b for b in PAIRED_BASES if b in methods):
+    for base in (b for b in bases if b in methods):
         for m in (m for m in methods if m not in ("ar", base) and not (m in PAIRED_BASES and base == "all-mid")):
             pairs = [(by[k], by[(base, *k[1:])]) for k in by if k[0] == m and (base, *k[1:]) in by]
             groups = {"all": pairs}
@@ -272,7 +272,7 @@ def bootstrap_ci(values: list[float], n: int = 2000, seed: int = 0) -> list[floa
 def per_round_ms(rs: list[dict]) -> dict:
     rounds = max(1, sum(r["rounds"] for r in rs))
     draft, verify = sum(r["draft_s"] for r in rs), sum(r["verify_s"] for r in rs)
-    other = sum(r["wall_s"] - r["prefill_s"] for r in rs) - draft - verify
+    other = sum(decode_s(r) for r in rs) - draft - verify
     return {"draft_ms_per_round": 1000 * draft / rounds, "verify_ms_per_round": 1000 * verify / rounds,
             "other_ms_per_round": 1000 * max(other, 0.0) / rounds}
 

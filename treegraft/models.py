@@ -289,11 +289,8 @@ def load_pair_models(pair: PairConfig, dtype: str | None = None) -> LoadedPair:
         if half:  # the drafter's own weights only (a mid LM's output head may be the target's)
             half_weights(mid, keep={p.untyped_storage().data_ptr() for p in target.parameters()})
         use_cpu_kernels(mid, allowed=allowed + (HALF_PATHS if half else ()), cold=True)  # as a call meets it
-    if getattr(mid, "fused", None) is not None:  # a draft head's forward in one C++ call (`drafters/fused.py`)
-        if pair.small_batch_linear:
-            mid.fused.packed()  # its weights packed now (as `half_drafter` left them), not at its first call
-        else:  # the pair's switch for the CPU kernels covers it too
-            mid.fused = None
+        if pair.mid.kind == "head":
+            mid.check_fused()  # its forward in one C++ call where that agrees (`drafters/fused.py`)
     return LoadedPair(pair, tok, target, mid, device, torch_dtype, load_draft_vocab(pair.mid, len(tok)), corpus)
 
 

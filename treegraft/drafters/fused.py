@@ -6,7 +6,7 @@ a live forward took 1.5 ms, of which its products were ~0.7 (docs/tuning.md). Th
 (fc over [feature; embedding], each decoder layer, the final norm) in one call: its products are the packed
 kernels' (`packed_micro.h`, the same FMA chain per output as the routed Linear's `packed*` paths), the small ops
 plain loops. It rounds the norms, the rotary table and the attention's sums in its own order, so it is close to
-the stock forward, not bit-equal: `DraftHead.check_direct` turns it on only where it agrees with the stock forward
+the stock forward, not bit-equal: `DraftHead.check_fused` turns it on only where it agrees with the stock forward
 within `FUSED_RTOL` on a tree probe. A head's output steers drafting only; the target's output never depends on it.
 
 Where it applies: CPU, fp32, no gradients, a head whose layers are all `LlamaDecoderLayer` without biases, a static
@@ -23,36 +23,25 @@ import torch
 from ..kv import GrowingCache
 
 SOURCE = Path(__file__).parent.parent / "kernels" / "head_layer.cpp"
-FUSED_RTOL = 1e-3  # check_direct: |fused - stock| <= FUSED_RTOL * max|stock| on the probe
-_ops: dict[str, object] = {}
+FUSED_RTOL = 1e-3  # check_fused: |fused - stock| <= FUSED_RTOL * max|stock| on the probe
 
 
 def fused_ops():
-    """The kernel's module (built once per machine for its widest vector ISA, then cached), or None where it cannot
-    be built here (no AVX2 + FMA, no compiler; the reason in `fused_unavailable()`)."""
-    if "ops" not in _ops:
-        _ops["ops"], _ops["why"] = None, ""
-        cap = torch.backends.cpu.get_cpu_capability()
-        if cap not in ("AVX2", "AVX512"):
-            _ops["why"] = f"this CPU's vector capability is {cap}, the kernel needs AVX2 + FMA"
-            return None
-        from torch.utils.cpp_extension import load
+    """The kernel's module, built like the packed kernels (`cpu_kernels._extra_ops`: once per machine, serial where
+    they are) for this CPU's widest vector ISA, or None where it cannot be built here (`fused_unavailable()`)."""
+    from ..cpu_kernels import _extra_ops
 
-        isa = ["-mavx512f"] if cap == "AVX512" else ["-mavx2", "-mf16c"]
-        for omp in (["-fopenmp"], []):  # a compiler without OpenMP builds the serial variant
-            name = f"treegraft_head_layer_v2_{cap.lower()}{'' if omp else '_serial'}"
-            try:
-                _ops["ops"] = load(name, [str(SOURCE)], extra_cflags=["-O3", *isa, "-mfma", "-fopenmp-simd", *omp],
-                                   extra_ldflags=omp, verbose=False)
-                break
-            except Exception as err:  # no compiler, no ninja, a read-only cache: the stock forward remains
-                _ops["why"] = f"could not build kernels/head_layer.cpp ({type(err).__name__}: {str(err)[:200]})"
-    return _ops["ops"]
+    wide = torch.backends.cpu.get_cpu_capability() == "AVX512"
+    return _extra_ops("head_layer_512" if wide else "head_layer_avx2",
+                      f"treegraft_head_layer_v2_{'avx512' if wide else 'avx2'}", SOURCE,
+                      ["-mavx512f"] if wide else ["-mavx2", "-mf16c"])
 
 
 def fused_unavailable() -> str:
-    fused_ops()
-    return _ops["why"]
+    """'' where the kernel is built here, else why not."""
+    from ..cpu_kernels import packed_unavailable
+
+    return "" if fused_ops() is not None else packed_unavailable() or "could not build kernels/head_layer.cpp"
 
 
 def _linears(layer) -> list[torch.nn.Linear]:

@@ -42,7 +42,7 @@ its own training and gives up the exactness of `test_head_matches_sequential`
 (every node's score equals a sequential computation over its path), so it was
 not taken.
 
-How a tree batch runs (`DraftHead.path`, chosen at load by `check_direct`): on a CPU in fp32, a Llama-class head's
+How a tree batch runs (`DraftHead.path`, chosen at load by `check_direct` and `check_fused`): on a CPU in fp32, a Llama-class head's
 whole forward as one C++ call (`fused`, `drafters/fused.py`: a drafting step's ~45 small tensor ops cost a cold
 interpreter and dispatcher each), checked to agree with the stock forward to float rounding; else the body's layers
 called directly, each as the lean sequence of its own stock submodules (`lean_layer`), where bit-equal to the
@@ -151,8 +151,7 @@ class DraftHead(nn.Module):
         """Set `direct` (and `lean`): whether `layers_forward` equals the body's own forward, bit for bit, on a
         probe (a tree mask over a cache), first with `lean` layers (where every layer is of a class `lean_layer`
         knows), then without: true for bodies whose forward is rotary -> layers -> norm (Llama, Qwen2/3, Mistral);
-        false where the model's forward does more (e.g. Gemma scales its inputs), which then keeps `body(...)`.
-        Then `check_fused`."""
+        false where the model's forward does more (e.g. Gemma scales its inputs), which then keeps `body(...)`."""
         from transformers import DynamicCache
 
         self.direct = self.lean = False
@@ -176,13 +175,14 @@ class DraftHead(nn.Module):
                 break
         else:
             self.lean = False
-        self.check_fused()
         return self.direct
 
     @torch.no_grad()
     def check_fused(self) -> bool:
         """Set `fused` (`fused.FusedHead`, the whole forward in one C++ call) where `fused.fusable` allows it and
-        it agrees with the stock forward within `FUSED_RTOL` on a tree probe over a cache; else None."""
+        it agrees with the stock forward within `FUSED_RTOL` on a tree probe over a cache; else None. The loader
+        calls it where the pair's `small_batch_linear` is on, after the weights are rounded (`half_drafter`), so the
+        probe packs them as they will run."""
         from .fused import FUSED_RTOL, FusedHead, fusable
 
         self.fused = None

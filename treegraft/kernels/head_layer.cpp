@@ -54,7 +54,7 @@ static torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, do
 }
 
 struct Shape {
-  int64_t n, hidden, heads, kv_heads, d, past;
+  int64_t n, heads, kv_heads, d, past;
 };
 
 // One decoder layer on x [n, H] (in place): w = {input norm, q, k, v, o, post-attention norm, gate, up, down}.
@@ -165,7 +165,7 @@ torch::Tensor head_forward(torch::Tensor feats, torch::Tensor ids, torch::Tensor
       cos[r * d + j] = cos[r * d + j + d / 2] = std::cos(angle) * static_cast<float>(rope_scale);
       sin[r * d + j] = sin[r * d + j + d / 2] = std::sin(angle) * static_cast<float>(rope_scale);
     }
-  const Shape s{n, H, heads, kv_heads, d, past};
+  const Shape s{n, heads, kv_heads, d, past};
   for (size_t l = 0; l < kbufs.size(); ++l) {
     std::vector<torch::Tensor> w(layers.begin() + 9 * l, layers.begin() + 9 * (l + 1));
     layer(x, w, cos.data(), sin.data(), kbufs[l], vbufs[l], mask.data_ptr<float>(), s, eps, scaling, pf);
