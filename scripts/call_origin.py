@@ -13,6 +13,7 @@ import argparse
 import math
 from collections import defaultdict
 
+from treegraft.bench import warm_up
 from treegraft.config import DEFAULT_MODELS_YAML, GenerationConfig, load_pair
 from treegraft.engine import Engine
 from treegraft.methods import MethodSpec
@@ -56,10 +57,7 @@ def main() -> None:
     pair = load_pair("default", DEFAULT_MODELS_YAML)
     engine, drafting = Engine(load_pair_models(pair, "float32")), pair.drafting
     prompts, gen = select(load_prompts(args.suite), per_category=4), GenerationConfig(max_new_tokens=64)
-    first = engine.encode(prompts[0].messages)
-    for m in ("ar", "all-small", "treegraft"):  # the bench's warm-up: every path once, the calibration
-        engine.generate(first, MethodSpec(m), drafting, gen.model_copy(update={"max_new_tokens": 8}))
-    state = engine.state()
+    state = warm_up(engine, engine.encode(prompts[0].messages), drafting, gen)
     by_cat: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for p in prompts:
         engine.restore(state)

@@ -47,6 +47,7 @@ def timed(head, fused, rows: int, cold: bool, junk: torch.Tensor) -> tuple[float
 
 def live(category: str) -> None:
     """Treegraft's generations of one category, fused and lean alternately: ms per head step and per part."""
+    from treegraft.bench import warm_up
     from treegraft.config import GenerationConfig
     from treegraft.drafters import graft, head as head_module
     from treegraft.engine import Engine
@@ -70,10 +71,7 @@ def live(category: str) -> None:
     head, fused = engine.mid.head, engine.mid.head.fused
     prompts = [p for p in select(load_prompts("bench"), per_category=4) if p.category == category]
     gen = GenerationConfig(max_new_tokens=64)
-    for m in ("ar", "all-small", "treegraft"):  # the bench's warm-up: every path once, the calibration
-        engine.generate(engine.encode(prompts[0].messages), MethodSpec(m), pair.drafting,
-                        gen.model_copy(update={"max_new_tokens": 8}))
-    state = engine.state()
+    state = warm_up(engine, engine.encode(prompts[0].messages), pair.drafting, gen)
     print(f"treegraft on {len(prompts)} {category} prompts x 64 tokens; ms per head step (its parts)")
     for run in range(4):
         head.fused = fused if run % 2 == 0 else None

@@ -14,6 +14,7 @@ import copy
 from collections import defaultdict
 from pathlib import Path
 
+from treegraft.bench import warm_up
 from treegraft.config import DEFAULT_MODELS_YAML, GenerationConfig, load_pair
 from treegraft.engine import Engine
 from treegraft.methods import MethodSpec
@@ -34,10 +35,7 @@ def main() -> None:
     pair = load_pair("default", DEFAULT_MODELS_YAML)
     engine, drafting = Engine(load_pair_models(pair, "float32")), pair.drafting
     prompts, gen = select(load_prompts(args.suite), per_category=4), GenerationConfig(max_new_tokens=64)
-    first = engine.encode(prompts[0].messages)
-    for m in ("ar", "all-small", "treegraft"):  # the bench's warm-up: every path once, the calibration
-        engine.generate(first, MethodSpec(m), drafting, gen.model_copy(update={"max_new_tokens": 8}))
-    states = {"": engine.state()}
+    states = {"": warm_up(engine, engine.encode(prompts[0].messages), drafting, gen)}
     if args.prewarm:
         for p in select(load_prompts(str(TRAIN)), per_category=1)[: args.prewarm]:
             for m in ("all-small", "treegraft"):

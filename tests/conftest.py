@@ -77,3 +77,18 @@ def tiny_head_engine():
     from treegraft.engine import Engine
 
     return Engine(tiny_head_pair())
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """A loader of a script of scripts/ as a module, by name (their pure helpers are tested without a model)."""
+    import importlib.util
+    from pathlib import Path
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -172,3 +172,30 @@ def test_engines_of_one_target_verify_alike_in_a_bench(fp32_pair, engine):
     assert twin_timed and main_timed[-1][0]  # the twin ran, from a measured curve
     assert all(t == main_timed[-1] for t in twin_timed)
     assert twin.pruner.acceptance is not engine.pruner.acceptance
+
+
+def test_warm_up_runs_each_method_briefly_and_returns_the_calibrated_state(engine):
+    """The scripts' warm-up (bench.warm_up): each method once, 8 new tokens, then the state timed runs restore."""
+    from treegraft.bench import warm_up
+    from treegraft.config import GenerationConfig, load_pair
+    from treegraft.engine import EngineState
+    from treegraft.prompts import load_prompts, select
+
+    drafting = load_pair("default").drafting
+    ids = engine.encode(select(load_prompts("bench"), per_category=1)[0].messages)
+    ran = []
+    real = engine.generate
+
+    def watched(prompt_ids, method, *args, **kwargs):
+        res = real(prompt_ids, method, *args, **kwargs)
+        ran.append((method.name, len(res.new_tokens)))
+        return res
+
+    engine.generate = watched
+    try:
+        state = warm_up(engine, ids, drafting, GenerationConfig(max_new_tokens=64), methods=("ar", "all-small"))
+    finally:
+        del engine.generate
+    assert [name for name, _ in ran] == ["ar", "all-small"] and all(0 < n <= 8 for _, n in ran)
+    assert isinstance(state, EngineState) and state.pruner.verify_cost  # T(n) calibrated, off the clock
+    assert state.pruner is not engine.pruner  # a frozen copy: later generations do not move it

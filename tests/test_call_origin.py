@@ -1,22 +1,15 @@
 """scripts/call_origin.py's counts of what a head call adds, on a hand-made round (no model, no clock)."""
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
 from treegraft.trace import RoundTrace, StepTrace, TreeSnapshot
 from treegraft.tree import MID, SMALL, DraftTree, add_child
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "call_origin.py"
-
 
 @pytest.fixture(scope="module")
-def origin():
-    spec = importlib.util.spec_from_file_location("call_origin", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.call_origin
+def origin(load_script):
+    return load_script("call_origin").call_origin
 
 
 def call_round() -> RoundTrace:

@@ -1,18 +1,10 @@
 """scripts/gate_replay.py's bounds on step-1 rules, on hand-made trial rounds (no model, no clock)."""
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gate_replay.py"
 
 
 @pytest.fixture(scope="module")
-def replay():
-    spec = importlib.util.spec_from_file_location("gate_replay", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def replay(load_script):
+    return load_script("gate_replay")
 
 
 def trial(a_small, ms_small, a_call, ms_call, p1=0.5):

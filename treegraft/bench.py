@@ -119,6 +119,16 @@ def round_profile(rounds) -> dict:
     return total
 
 
+def warm_up(engine, prompt_ids: list[int], drafting, gen: GenerationConfig,
+            methods: tuple[str, ...] = ("ar", "all-small", "treegraft")):
+    """The bench's warm-up for the scripts that time live generations beside it: each method once, 8 new tokens, on
+    one prompt (every code path, the calibration of T(n), off the clock). Returns the calibrated state each timed
+    generation then starts from (`Engine.restore`), as the bench's rows do."""
+    for m in methods:
+        engine.generate(prompt_ids, MethodSpec(m), drafting, gen.model_copy(update={"max_new_tokens": 8}))
+    return engine.state()
+
+
 def run_bench(engine, prompts: list[Prompt], methods: list[BenchMethod], gen: GenerationConfig,
               repeats: int = 1, progress: bool = True, others: dict | None = None) -> list[dict]:
     """Rows of every method on every prompt; `others` maps a pair name to its engine (methods labelled @PAIR)."""
