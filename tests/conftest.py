@@ -85,8 +85,10 @@ def load_script():
     import importlib.util
     from pathlib import Path
 
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+
     def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, scripts / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
