@@ -3,9 +3,9 @@ tokens, the engine warmed and calibrated first, every generation from the same s
 category, over the rounds whose step 1 was the head's: the accepted tokens a round by proposer (the head alone, the
 head and the n-gram drafter both, the n-gram drafter alone) and by the draft step that added the node, and the
 verified nodes a round by proposer with the share of the head-alone ones that the target accepted (of those whose
-parent it accepted) against what the cut expected of them. A node both drafters proposed the n-gram drafter would have drafted without the call too, so
-what a call adds beyond all-small is mostly the head-alone column. Counts only, no clock: it may run beside other
-work.
+parent it accepted) against what the cut expected of them. A node both drafters proposed the n-gram drafter would
+have drafted without the call too, so what a call adds beyond all-small is mostly the head-alone column. It prints
+counts, not times, but the yield gate and the cut decide from this host's timings: run it alone, as the bench.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/call_origin.py [--suite bench]
 """
@@ -71,8 +71,8 @@ def main() -> None:
         acc = {who: sum(v for k, v in c.items() if k.startswith(f"accepted {who} ")) / n for who in WHO.values()}
         steps = " ".join(f"{k.removeprefix('accepted ')} {v / n:.2f}" for k, v in sorted(c.items())
                          if k.startswith("accepted "))
-        print(f"{cat:14s} {int(c['rounds']):4d} call rounds | accepted: head {acc['head']:.2f}, both {acc['both']:.2f}, "
-              f"n-gram {acc['n-gram']:.2f} | verified: head {c['verified head'] / n:.2f}, both "
+        print(f"{cat:14s} {int(c['rounds']):4d} call rounds | accepted: head {acc['head']:.2f}, "
+              f"both {acc['both']:.2f}, n-gram {acc['n-gram']:.2f} | verified: head {c['verified head'] / n:.2f}, both "
               f"{c['verified both'] / n:.2f}, n-gram {c['verified n-gram'] / n:.2f} | hit / expected: "
               + ", ".join(f"{who} {c[f'hit {who}'] / max(c[f'tried {who}'], 1):.2f} / "
                           f"{c[f'expected {who}'] / max(c[f'tried {who}'], 1):.2f} of {int(c[f'tried {who}'])}"
