@@ -1,6 +1,6 @@
 """Where a verification forward's time goes, by tree size: the default pair's target verifying chains of 1 / 4 / 8 / 12
 / 16 tokens on the prefilled caches of the bench suite's first prompt of four categories (the calibration's probe
-trees, `Pruner.calibrate`), each size 20 times after 3 warm-ups, the lead rows those of the chain up to 8; medians
+trees, `prune.probe_chain`), each size 20 times after 3 warm-ups, the lead rows those of the chain up to 8; medians
 (ms) of the whole forward, of the decoder layers' Linear products (every routed call timed as it runs), of the
 attention calls (`treegraft_sdpa`), of the output head's calls (root + lead rows), and the rest (norms, rotary,
 activation, residual adds, cache appends, Python). Run alone on the host (it times forwards).
@@ -18,7 +18,7 @@ from treegraft.config import DEFAULT_MODELS_YAML, load_pair
 from treegraft.engine import Engine
 from treegraft.models import load_pair_models
 from treegraft.prompts import load_prompts, select
-from treegraft.tree import SMALL, DraftTree, add_child
+from treegraft.prune import probe_chain
 
 PARTS = ("linear", "attention", "head")
 spent = dict.fromkeys(PARTS, 0.0)
@@ -48,9 +48,7 @@ def main() -> None:
         ids = engine.encode(p.messages)
         target.start(ids)
         for n in (0, 3, 7, 11, 15):  # non-root nodes: a chain of n + 1 tokens with the root
-            chain = DraftTree.new(ids[-1], capacity=n + 1)
-            for i in range(n):
-                add_child(chain, i, ids[-1], 0.0, SMALL, 1)
+            chain = probe_chain(ids[-1], n)
             nodes, lead = np.arange(n + 1), list(range(1, min(n, 8) + 1))
             for i in range(23):
                 for part in PARTS:

@@ -131,3 +131,14 @@ def test_one_node_calibration_equals_the_batched_one():
                                               raw[raw[:, 0] != raw[:, 0], 1])  # every node scored by someone
     one = [model.one(s, m) for s, m in raw]
     assert one == pytest.approx(model.many(raw).tolist())
+
+
+def test_a_probe_is_the_root_then_a_chain_of_one_token():
+    """The calibration's probe trees (prune.probe_chain, also scripts/verify_parts.py's): n nodes, each the child of
+    the one before."""
+    from treegraft.prune import probe_chain
+
+    chain = probe_chain(7, 3)
+    assert chain.n == 4 and chain.parent[:4].tolist() == [-1, 0, 1, 2]
+    assert chain.token[:4].tolist() == [7] * 4 and chain.depth[:4].tolist() == [0, 1, 2, 3]
+    assert probe_chain(7, 0).n == 1

@@ -246,6 +246,15 @@ def probe_sizes(budget: int) -> list[int]:
     return [t - 1 for t in tokens if t - 1 < budget] + [budget]
 
 
+def probe_chain(token: int, n: int) -> DraftTree:
+    """A calibration probe: the root then a chain of n nodes, every one `token` (a verification's cost depends on its
+    size, not on what it verifies)."""
+    chain = DraftTree.new(token, capacity=n + 1)
+    for i in range(n):
+        add_child(chain, i, token, 0.0, SMALL, 1)
+    return chain
+
+
 def choose(pi: np.ndarray, cost: VerifyCost, row_ms: float = 0.0,
            rate: float | None = None) -> tuple[np.ndarray, float]:
     """(order of the chosen nodes, best n's gain): the top-n nodes by pi maximising
@@ -510,11 +519,7 @@ class Pruner:
         target.start(prompt_ids)
         last = prompt_ids[-1]
         sizes = probe_sizes(budget)
-        chains = {}
-        for n in sizes:
-            chains[n] = DraftTree.new(last, capacity=n + 1)
-            for i in range(n):
-                add_child(chains[n], i, last, 0.0, SMALL, 1)
+        chains = {n: probe_chain(last, n) for n in sizes}
         timings = {th: {n: [] for n in sizes} for th in threads}
         plan = [(threads[0], sizes[-1], False)] + [(th, n, True) for _ in range(passes) for th in threads for n in sizes]
         for th, n, keep in plan:  # the first one warms up
