@@ -151,14 +151,34 @@ def test_speedups_counters_and_output_segments():
     assert "may differ" in counters_html(runs, ["treegraft", "ar"], "bfloat16")
 
 
-def test_compared_methods_rotate_from_run_to_run():
+def test_every_row_is_timed_undrawn_in_an_order_that_rotates():
     from ui.app_blocks import compare_order
+    from ui.generation import timing_order
 
-    orders = [compare_order("treegraft", True) for _ in range(3)]
-    assert all(o[0] == "treegraft" and sorted(o[1:]) == ["all-mid", "all-small", "ar"] for o in orders)
-    assert len({tuple(o) for o in orders}) == 3
-    assert compare_order("all-small", True)[0] == "all-small" and len(compare_order("all-small", True)) == 3
-    assert compare_order("fixed", False) == ["fixed"]
+    order = compare_order("treegraft", True)
+    assert order == ["treegraft", "ar", "all-small", "all-mid"]
+    runs = [timing_order(order) for _ in range(4)]
+    assert all(sorted(r) == sorted(order) for r in runs)  # the chosen method is timed again too
+    assert len({tuple(r) for r in runs}) == 4
+    assert compare_order("all-small", True) == ["all-small", "ar", "all-mid"]
+    assert compare_order("fixed", False) == ["fixed"] and timing_order(["fixed"]) == []
+
+
+def test_a_run_drawn_live_is_shown_but_never_compared():
+    runs = {"ar": {"wall_s": 2.0, "tokens": 10, "done": True, "new_tokens": list(range(10))},
+            "treegraft": {"wall_s": 3.0, "tokens": 10, "done": True, "drawn": True, "new_tokens": list(range(10))}}
+    html = counters_html(runs, ["treegraft", "ar"], "float32")
+    assert "<b>treegraft</b> <i>(drawn live)</i>" in html and "id='speedup-treegraft'>-<" in html
+    assert speedup_figure(runs).data == ()  # no bar for it
+    runs["treegraft"] = {**runs["treegraft"], "wall_s": 1.0, "drawn": False}  # its undrawn timed run
+    assert "id='speedup-treegraft'>2.00x<" in counters_html(runs, ["treegraft", "ar"], "float32")
+    alone = counters_html({"treegraft": {**runs["treegraft"], "drawn": True}}, ["treegraft"], "float32")
+    assert "drawn live" in alone and "without drawing" in alone
+    recorded = counters_html({"treegraft": runs["treegraft"]}, ["treegraft"], "float32")  # a gallery trace
+    assert "as it was recorded" in recorded and "drawn live" not in recorded
+
+
+def test_output_segments_by_drafter():
     rt, _ = hand_round()
     assert output_segments([rt], STRINGS) == [(" a", "draft: small"), (" c", "draft: mid"), ("!", "bonus (target)")]
 

@@ -68,9 +68,10 @@ def ms_per_token(run: dict) -> float:
 
 
 def speedup_over_ar(runs: dict[str, dict], label: str) -> float | None:
-    """AR's time per new token / the method's (None until both finished): fair when token counts differ."""
+    """AR's time per new token / the method's (None until both finished, and for a run drawn live, whose time
+    shared the CPU with its frames): fair when token counts differ."""
     ar, r = runs.get("ar"), runs.get(label)
-    if not (ar and r and ar.get("done") and r.get("done") and r["tokens"] and ar["tokens"]):
+    if not (ar and r and ar.get("done") and r.get("done") and r["tokens"] and ar["tokens"]) or r.get("drawn"):
         return None
     return ms_per_token(ar) / ms_per_token(r)
 
@@ -145,29 +146,37 @@ def cost_figure(host: dict, rounds: list[RoundTrace] = (), style: Style = NORMAL
     return fig
 
 
-def counters_caption(dtype: str, order: list[str]) -> str:
-    """What the counters measure, true for the running dtype."""
-    runs = ", ".join(order[1:]) if len(order) > 1 else "none"
+def counters_caption(dtype: str, order: list[str], drawn: bool = True) -> str:
+    """What the counters measure, true for the running dtype, for whether methods were compared and for whether the
+    one run shown was drawn live here (`drawn`) or recorded (a saved or gallery trace)."""
     same = ("In float32 every method's greedy output is identical to AR's; the last column checks it."
             if dtype == "float32" else
             f"In {dtype or 'this dtype'} a batched (tree) forward and a one-token forward round differently, so "
             "outputs may differ from AR's; the last column shows how far each matches.")
-    return (f"How the counters are measured: one short warm-up generation first (not timed); then "
-            f"{html.escape(order[0]) if order else 'the chosen method'} (drawn live), then {html.escape(runs)} "
-            f"(their order rotates from run to run), on the same engine, prompt and settings, wall clock on this "
-            f"host. Speedup = AR's time per new token / the method's, so runs that stop at different lengths "
-            f"compare fairly. {same}")
+    chosen = html.escape(order[0]) if order else "the chosen method"
+    if len(order) < 2 and not drawn:  # a saved or gallery trace
+        return f"The time of the trace as it was recorded, wall clock on the host that ran it. {same}"
+    if len(order) < 2:
+        return (f"How the counter is measured: {chosen} drawn live, wall clock on this host. Drawing its frames takes "
+                f"CPU time from the engine, so it reads slower than the method runs undrawn; tick \"Also run AR, "
+                f"All-Small and All-Mid\" to time every method without drawing. {same}")
+    return (f"How the counters are measured: one short warm-up generation first (not timed); {chosen} drawn live "
+            f"(the tree: its frames take CPU time from the engine, so that run is not compared); then every method "
+            f"of the table, {chosen} too, in a run of its own without drawing, in an order that rotates from run to "
+            f"run, on the same engine, prompt and settings, wall clock on this host. Speedup = AR's time per new "
+            f"token / the method's, so runs that stop at different lengths compare fairly. {same}")
 
 
 def counters_html(runs: dict[str, dict], order: list[str], dtype: str = "") -> str:
     """A table of the side-by-side runs (rows not finished yet: 'running' or 'queued'), and its caption."""
     rows = []
+    drawn = any(r.get("drawn") for r in runs.values()) or len(order) > 1
     for label in order:
         r = runs.get(label)
         if r is None:
             rows.append(f"<tr><td>{html.escape(label)}</td><td colspan=7><i>queued</i></td></tr>")
             continue
-        state = "" if r.get("done") else " <i>(running)</i>"
+        state = ("" if r.get("done") else " <i>(running)</i>") + (" <i>(drawn live)</i>" if r.get("drawn") else "")
         sp = speedup_over_ar(runs, label)
         speed = f"{sp:.2f}x" if sp is not None else "-"
         rows.append(f"<tr><td><b>{html.escape(label)}</b>{state}</td><td id='speedup-{html.escape(label)}'>{speed}</td>"
@@ -176,7 +185,7 @@ def counters_html(runs: dict[str, dict], order: list[str], dtype: str = "") -> s
                     f"<td id='match-{html.escape(label)}'>{match_with_ar(runs, label)}</td></tr>")
     return ("<table class='tg-counters'><tr><th>method</th><th>speedup vs AR</th><th>tokens</th><th>wall</th>"
             "<th>ms/token</th><th>mean A</th><th>rounds</th><th>same as AR</th></tr>" + "".join(rows) + "</table>"
-            f"<p class='tg-counters-caption'><i>{counters_caption(dtype, order)}</i></p>")
+            f"<p class='tg-counters-caption'><i>{counters_caption(dtype, order, drawn)}</i></p>")
 
 
 def output_segments(rounds: list[RoundTrace], token_strings: dict[int, str], limit: int | None = None):

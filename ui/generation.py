@@ -15,7 +15,7 @@ from treegraft.methods import MethodSpec, parse_schedule
 from treegraft.prompt_check import PromptError, check_length
 from treegraft.trace import GenerationResult
 
-from .runtime import Runtime
+from .runtime import Runtime, engine_call, on_engine_thread
 from .view import View, run_record
 
 try:  # Hugging Face ZeroGPU Spaces: hold a GPU while a generation runs; a no-op elsewhere
@@ -30,6 +30,7 @@ METHOD_CHOICES = ["treegraft", "all-small", "all-mid", "fixed", "oracle"]
 BASELINES = ["ar", "all-small", "all-mid"]
 FRAME_INTERVAL_S = 0.35  # the fastest the browser is asked to redraw the tree while streaming
 MAX_PROMPT_CHARS = 20_000
+ROUND_WAIT_S = 5.0  # the longest the engine waits for a frame to go out; after that it stops waiting (a stalled reader)
 _stop_flags: dict[str, threading.Event] = {}
 _presenting: dict[str, bool] = {}  # session -> presentation mode as last toggled, read by that session's running stream
 _rotation = itertools.count()
@@ -68,12 +69,19 @@ PAPER_POOLS = {"small_pool": "paper", "expand": "all"}  # the "Paper's pools" bo
 
 
 def compare_order(label: str, compare: bool) -> list[str]:
-    """The chosen method first (it is drawn live), then the others in an order that rotates per run."""
-    if not compare:
-        return [label]
-    others = [b for b in BASELINES if b != label]
-    shift = next(_rotation) % len(others)
-    return [label] + others[shift:] + others[:shift]
+    """The counters' rows: the chosen method, then the compared ones (the chosen method alone without a comparison)."""
+    return [label] + [b for b in BASELINES if b != label] if compare else [label]
+
+
+def timing_order(order: list[str]) -> list[str]:
+    """The runs that fill the counters: every row's method, the chosen one too, each in a run of its own without
+    drawing, in an order that rotates from run to run ([] without a comparison). The live run is not one of them:
+    its frames are built and sent on the same CPU while the engine runs, which made the chosen method read ~1.8x its
+    undrawn time per token on a 2-core host, and all four methods must be timed alike to be compared."""
+    if len(order) < 2:
+        return []
+    shift = next(_rotation) % len(order)
+    return order[shift:] + order[:shift]
 
 
 def warm_up(engine, ids, spec, drafting, gen, seed) -> None:
@@ -141,48 +149,67 @@ def presenting(session: str | None, default: bool) -> bool:
 
 def live_record(rounds: list, started: float) -> dict:
     return {"wall_s": time.perf_counter() - started, "tokens": sum(r.accepted + 1 for r in rounds), "done": False,
+            "drawn": True,
             "mean_accepted": sum(r.accepted for r in rounds) / len(rounds), "rounds": len(rounds)}
 
 
-def worker(engine, lock, args, stop) -> queue.Queue:
-    """Run the engine in a thread holding the pair's lock; rounds, then the result (or the error), arrive on a queue."""
+def worker(engine, args, stop) -> tuple[queue.Queue, threading.Event]:
+    """Run the engine on the engine thread (ui/runtime.py); rounds, then the result (or the error), arrive on a queue.
+    After each round the engine waits for the event (the reader sets it once it has drawn what it wanted of that
+    round and the page has taken the frame), so no frame is built or sent while a round runs: the rounds' own times
+    (t_D, t_V, the gate's inputs) are the engine's alone, as in an undrawn run."""
     q: queue.Queue = queue.Queue()
+    go = threading.Event()
+    paced = [True]  # until a frame takes longer than ROUND_WAIT_S to go out
+
+    def on_round(trace) -> None:
+        go.clear()
+        q.put(trace)
+        if paced[0]:
+            paced[0] = go.wait(ROUND_WAIT_S)
 
     def work():
         try:
-            with lock:
-                q.put(engine.generate(*args, on_round=q.put, should_stop=stop.is_set))
+            q.put(engine.generate(*args, on_round=on_round, should_stop=stop.is_set))
         except Exception as err:  # reported in the UI; the engine's next start() resets its state
             q.put(err)
 
-    threading.Thread(target=work, daemon=True).start()
-    return q
+    on_engine_thread(work)
+    return q, go
 
 
-def stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view: View, stop, session: str | None = None):
+def stream_main(panel, engine, ids, spec, drafting, gen, seed, view: View, stop, session: str | None = None):
     """Stream throttled live frames of the chosen method, then its finished state (in the presentation style the
-    session's checkbox has now, so toggling it mid-run is not undone by the next frame)."""
-    q = worker(engine, lock, (ids, spec, drafting, gen, seed), stop)
+    session's checkbox has now, so toggling it mid-run is not undone by the next frame). The engine waits while a
+    frame is built and sent (`worker`); a page that goes away stops the run."""
+    q, go = worker(engine, (ids, spec, drafting, gen, seed), stop)
     rounds, last_frame, strings, t0 = [], 0.0, {}, time.perf_counter()
-    while True:
-        item = q.get()
-        if isinstance(item, Exception):
-            raise gr.Error(f"Generation failed: {item}")
-        if isinstance(item, GenerationResult):
-            view.result, view.round_no, view.present = item, 0, presenting(session, view.present)
-            view.runs[spec.label] = run_record(item, done=True)
-            yield panel.final(view, f"**{spec.label}** finished: {len(item.new_tokens)} tokens.")
-            return
-        rounds.append(item)
-        if time.perf_counter() - last_frame >= FRAME_INTERVAL_S:
-            last_frame = time.perf_counter()
-            strings.update(engine.token_strings([item]))
-            view.runs[spec.label] = live_record(rounds, t0)
-            view.present = presenting(session, view.present)
-            view.result = GenerationResult(pair="", method=spec.label, prompt_tokens=len(ids), new_tokens=[],
-                                           text="", wall_s=0.0, prefill_s=0.0, dtype="", device="", settings={},
-                                           rounds=list(rounds), token_strings=dict(strings))
-            yield panel.live(view)
+    try:
+        while True:
+            item = q.get()
+            if isinstance(item, Exception):
+                raise gr.Error(f"Generation failed: {item}")
+            if isinstance(item, GenerationResult):
+                view.result, view.round_no, view.present = item, 0, presenting(session, view.present)
+                view.runs[spec.label] = run_record(item, done=True, drawn=True)
+                yield panel.final(view, f"**{spec.label}** finished: {len(item.new_tokens)} tokens.")
+                return
+            rounds.append(item)
+            if time.perf_counter() - last_frame >= FRAME_INTERVAL_S:
+                last_frame = time.perf_counter()
+                strings.update(engine.token_strings([item]))
+                view.runs[spec.label] = live_record(rounds, t0)
+                view.present = presenting(session, view.present)
+                view.result = GenerationResult(pair="", method=spec.label, prompt_tokens=len(ids), new_tokens=[],
+                                               text="", wall_s=0.0, prefill_s=0.0, dtype="", device="", settings={},
+                                               rounds=list(rounds), token_strings=dict(strings))
+                yield panel.live(view)  # resumed once the frame has gone out
+            go.set()
+    except GeneratorExit:  # the page went away mid-run: end it, so the engine thread does not run on for nobody
+        stop.set()
+        raise
+    finally:
+        go.set()
 
 
 def make_generate(runtime: Runtime, statuses, panel):
@@ -196,10 +223,9 @@ def make_generate(runtime: Runtime, statuses, panel):
         stop.clear()
         view = View(order=compare_order(spec.label, r.compare), dtype=engine.dtype_name, show=old.show,
                     present=presenting(request.session_hash, old.present))
-        lock, seed = runtime.locks[r.pair], int(r.seed)
-        with lock:
-            warm_up(engine, ids, spec, drafting, gen, seed)
-        yield from stream_main(panel, engine, lock, ids, spec, drafting, gen, seed, view, stop, request.session_hash)
+        seed = int(r.seed)
+        engine_call(warm_up, engine, ids, spec, drafting, gen, seed)
+        yield from stream_main(panel, engine, ids, spec, drafting, gen, seed, view, stop, request.session_hash)
         drawn = view.present  # the style the finished trace's figures were drawn in
 
         def update(status: str, with_files: bool = False) -> dict:
@@ -212,13 +238,13 @@ def make_generate(runtime: Runtime, statuses, panel):
                 out, drawn = {**panel.restyle(view), **out}, view.present
             return out
 
-        for label in view.order[1:]:
+        for label in timing_order(view.order):  # the counters: each method timed without drawing
             if stop.is_set():
                 break
-            with lock:
-                res = engine.generate(ids, MethodSpec(label), drafting, gen, seed, should_stop=stop.is_set)
+            method = spec if label == spec.label else MethodSpec(label)
+            res = engine_call(engine.generate, ids, method, drafting, gen, seed, should_stop=stop.is_set)
             view.runs[label] = run_record(res, done=not stop.is_set())
-            yield update(f"Compared with **{label}**.")
+            yield update(f"Timed **{label}** without drawing.")
         yield update("Done." if not stop.is_set() else "Stopped.", with_files=True)
         _stop_flags.pop(request.session_hash, None)
 

@@ -1,18 +1,46 @@
-"""Models for the app: loaded lazily, once, shared by every browser session; which pairs can load here.
+"""Models for the app: loaded lazily, once, shared by every browser session; which pairs can load here; and the
+one thread every engine call of the app runs on.
 
 The app only ever names pairs from models.yaml: no user-supplied path or hub id
 reaches `from_pretrained`.
+
+One engine thread. torch's intra-op threads on a CPU are an OpenMP team per thread
+that runs a parallel region, and a forward runs ~200 of them (one per product).
+Once two threads have run one, libgomp manages more threads than the host has
+cores and stops spinning between regions, so each region waits for its worker to
+wake. On the 2-core Zen 4 a verification took 47.6 ms on a second thread against
+30-33 ms on the first, and the app's live run read ~1.8x its time per token
+(`docs/app.md`). So every engine call of the app (loading a pair, the warm-up, the
+live run, the timed runs) goes to one long-lived thread, `on_engine_thread`; being
+one thread, it also runs one generation at a time, in the order they came.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
 
 from treegraft.config import DEFAULT_MODELS_YAML, PairConfig, load_models_file, resolve_path
+
+
+ENGINE_THREAD_NAME = "treegraft-engine"
+_engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=ENGINE_THREAD_NAME)
+
+
+def on_engine_thread(fn, *args, **kwargs) -> Future:
+    """Run `fn(*args, **kwargs)` on the app's one engine thread (queued behind the calls before it)."""
+    return _engine_thread.submit(fn, *args, **kwargs)
+
+
+def engine_call(fn, *args, **kwargs):
+    """`fn`'s result, computed on the engine thread (directly when already on it); its exception raised here."""
+    if threading.current_thread().name.startswith(ENGINE_THREAD_NAME):
+        return fn(*args, **kwargs)
+    return on_engine_thread(fn, *args, **kwargs).result()
 
 
 @dataclass(frozen=True)
@@ -40,7 +68,7 @@ def pair_status(pair: PairConfig) -> PairStatus:
 
 
 class Runtime:
-    """One Engine per pair, created on first use; a lock per pair serialises generations on it."""
+    """One Engine per pair, created on first use, on the engine thread (which serialises generations on it)."""
 
     def __init__(self, models_yaml=DEFAULT_MODELS_YAML, dtype: str | None = None):
         self.models_yaml = models_yaml
@@ -48,7 +76,6 @@ class Runtime:
         self.pairs = load_models_file(models_yaml).pairs
         self._engines: dict[str, object] = {}
         self._load_lock = threading.Lock()
-        self.locks: dict[str, threading.Lock] = {name: threading.Lock() for name in self.pairs}
 
     def statuses(self) -> list[PairStatus]:
         return [pair_status(p) for p in self.pairs.values()]
@@ -66,5 +93,5 @@ class Runtime:
                     raise RuntimeError(f"pair '{name}' cannot load here: {status.reason}")
                 if progress is not None:
                     progress(0.1, desc=f"loading pair '{name}' (once, shared by all users)")
-                self._engines[name] = Engine(load_pair_models(self.pairs[name], self.dtype))
+                self._engines[name] = engine_call(lambda: Engine(load_pair_models(self.pairs[name], self.dtype)))
             return self._engines[name]

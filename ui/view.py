@@ -24,10 +24,11 @@ class View:
     present: bool = False  # presentation mode: larger figures and text
 
 
-def run_record(res: GenerationResult, done: bool) -> dict:
+def run_record(res: GenerationResult, done: bool, drawn: bool = False) -> dict:
+    """A counters row. `drawn`: the run was drawn live (its time shared the CPU with its frames: shown, not compared)."""
     s = res.summary()
     return {"wall_s": s["wall_s"], "tokens": len(res.new_tokens), "mean_accepted": s["mean_accepted"],
-            "rounds": s["rounds"], "done": done, "new_tokens": list(res.new_tokens)}
+            "rounds": s["rounds"], "done": done, "drawn": drawn, "new_tokens": list(res.new_tokens)}
 
 
 def replay_view(res: GenerationResult, old: View | None = None) -> View:
