@@ -146,15 +146,15 @@ def cost_figure(host: dict, rounds: list[RoundTrace] = (), style: Style = NORMAL
     return fig
 
 
-def counters_caption(dtype: str, order: list[str], drawn: bool = True) -> str:
+def counters_caption(dtype: str, order: list[str], recorded: bool = False) -> str:
     """What the counters measure, true for the running dtype, for whether methods were compared and for whether the
-    one run shown was drawn live here (`drawn`) or recorded (a saved or gallery trace)."""
+    one row is a recorded trace (a saved or gallery one) rather than a run drawn live here."""
     same = ("In float32 every method's greedy output is identical to AR's; the last column checks it."
             if dtype == "float32" else
             f"In {dtype or 'this dtype'} a batched (tree) forward and a one-token forward round differently, so "
             "outputs may differ from AR's; the last column shows how far each matches.")
     chosen = html.escape(order[0]) if order else "the chosen method"
-    if len(order) < 2 and not drawn:  # a saved or gallery trace
+    if recorded:
         return f"The time of the trace as it was recorded, wall clock on the host that ran it. {same}"
     if len(order) < 2:
         return (f"How the counter is measured: {chosen} drawn live, wall clock on this host. Drawing its frames takes "
@@ -170,7 +170,7 @@ def counters_caption(dtype: str, order: list[str], drawn: bool = True) -> str:
 def counters_html(runs: dict[str, dict], order: list[str], dtype: str = "") -> str:
     """A table of the side-by-side runs (rows not finished yet: 'running' or 'queued'), and its caption."""
     rows = []
-    drawn = any(r.get("drawn") for r in runs.values()) or len(order) > 1
+    recorded = len(order) < 2 and not any(r.get("drawn") for r in runs.values())  # a loaded trace's one row
     for label in order:
         r = runs.get(label)
         if r is None:
@@ -185,7 +185,7 @@ def counters_html(runs: dict[str, dict], order: list[str], dtype: str = "") -> s
                     f"<td id='match-{html.escape(label)}'>{match_with_ar(runs, label)}</td></tr>")
     return ("<table class='tg-counters'><tr><th>method</th><th>speedup vs AR</th><th>tokens</th><th>wall</th>"
             "<th>ms/token</th><th>mean A</th><th>rounds</th><th>same as AR</th></tr>" + "".join(rows) + "</table>"
-            f"<p class='tg-counters-caption'><i>{counters_caption(dtype, order, drawn)}</i></p>")
+            f"<p class='tg-counters-caption'><i>{counters_caption(dtype, order, recorded)}</i></p>")
 
 
 def output_segments(rounds: list[RoundTrace], token_strings: dict[int, str], limit: int | None = None):

@@ -76,8 +76,8 @@ def compare_order(label: str, compare: bool) -> list[str]:
 def timing_order(order: list[str]) -> list[str]:
     """The runs that fill the counters: every row's method, the chosen one too, each in a run of its own without
     drawing, in an order that rotates from run to run ([] without a comparison). The live run is not one of them:
-    its frames are built and sent on the same CPU while the engine runs, which made the chosen method read ~1.8x its
-    undrawn time per token on a 2-core host, and all four methods must be timed alike to be compared."""
+    its frames are built and sent on the same CPU while the engine runs (on a 2-core host the chosen method read about
+    twice its undrawn time per token: docs/app.md), and all four methods must be timed alike to be compared."""
     if len(order) < 2:
         return []
     shift = next(_rotation) % len(order)
