@@ -30,6 +30,19 @@ def load_each_pair_once():
     models.load_pair_models = real
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_openmp_team_after_each_module():
+    """After a module whose app ran the engine on its engine thread (ui/runtime.py), end that thread, so the tests
+    after it run torch on the main thread alone: with a second thread's OpenMP team alive, every parallel region waits
+    for its worker to wake (a verification ~1.5x as long on 2 cores)."""
+    yield
+    import sys
+
+    runtime = sys.modules.get("ui.runtime")
+    if runtime is not None:
+        runtime.close_engine_thread()
+
+
 @pytest.fixture(scope="session")
 def fp32_pair():
     """The embedded default pair in float32, loaded once per test run."""

@@ -84,3 +84,13 @@ def test_the_apps_every_engine_call_runs_on_the_engine_thread():
     assert "(drawn live)" not in final[4] and "without drawing" in final[4]  # every row timed undrawn
     assert len(threads) == 1 + 1 + 1 + 4, threads  # load, warm-up, live, four timed runs
     assert all(t.startswith(ENGINE_THREAD_NAME) for t in threads), threads
+
+
+def test_a_closed_engine_thread_is_replaced_by_a_new_one():
+    from ui.runtime import ENGINE_THREAD_NAME, close_engine_thread, engine_call
+
+    before = engine_call(threading.current_thread)
+    close_engine_thread()
+    assert not before.is_alive()
+    after = engine_call(threading.current_thread)
+    assert after is not before and after.name.startswith(ENGINE_THREAD_NAME)

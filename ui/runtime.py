@@ -36,6 +36,14 @@ def on_engine_thread(fn, *args, **kwargs) -> Future:
     return _engine_thread.submit(fn, *args, **kwargs)
 
 
+def close_engine_thread() -> None:
+    """End the engine thread once its queued calls are done; the next call starts a new one. A process that goes on
+    running torch on another thread afterwards (the test suite, after a module's app) then has one OpenMP team again."""
+    global _engine_thread
+    old, _engine_thread = _engine_thread, ThreadPoolExecutor(max_workers=1, thread_name_prefix=ENGINE_THREAD_NAME)
+    old.shutdown(wait=True)
+
+
 def engine_call(fn, *args, **kwargs):
     """`fn`'s result, computed on the engine thread (directly when already on it); its exception raised here."""
     if threading.current_thread().name.startswith(ENGINE_THREAD_NAME):
