@@ -86,6 +86,55 @@ def test_the_apps_every_engine_call_runs_on_the_engine_thread():
     assert all(t.startswith(ENGINE_THREAD_NAME) for t in threads), threads
 
 
+def test_the_drawn_run_teaches_no_costs_and_every_counter_starts_alike():
+    """A browser on the same host renders the drawn run's frames while its rounds run (docs/app.md): its timings are
+    put back after it, so the cut of later runs is not priced on them, and every timed run starts from one state
+    (the drawn run's acceptance kept), as the bench's rows do."""
+    import os
+
+    os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+    from gradio_client import Client
+
+    from treegraft.engine import Engine
+    from ui.app_blocks import build_app
+    from ui.runtime import Runtime
+
+    from tests.test_transfer import timed_part
+
+    def accepted(engine):
+        return engine.pruner.acceptance.hits.tolist(), engine.pruner.acceptance.trials.tolist()
+
+    calls: list[tuple] = []  # per generate: (method, clock part before, acceptance before, clock part after)
+    real_generate = Engine.generate
+
+    def generate(self, ids, method, *a, **k):
+        before = (timed_part(self), accepted(self))
+        out = real_generate(self, ids, method, *a, **k)
+        calls.append((method.label, *before, timed_part(self)))
+        return out
+
+    Engine.generate = generate
+    try:
+        demo = build_app(Runtime(dtype="float32"))
+        demo.queue(default_concurrency_limit=1, max_size=16)
+        port = free_port()
+        demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+        try:
+            client = Client(f"http://127.0.0.1:{port}/", analytics_enabled=False, verbose=False)
+            final = client.predict(*submit_args(method="treegraft", max_new=24, compare=True), api_name="/generate")
+        finally:
+            demo.close()
+    finally:
+        Engine.generate = real_generate
+    assert final[0].startswith("Done.")
+    warm, live, *timed = calls
+    assert live[0] == "treegraft" and len(timed) == 4
+    assert live[3] != live[1]  # the drawn run's rounds did time the target ...
+    assert all(t[1] == live[1] for t in timed)  # ... and no timed run starts from those timings
+    assert all(t[2] == timed[0][2] for t in timed)  # every timed run starts with one acceptance record
+    assert timed[0][2] != live[2]  # the one the drawn run left (every verified round teaches it)
+
+
 def test_a_closed_engine_thread_is_replaced_by_a_new_one():
     from ui.runtime import ENGINE_THREAD_NAME, close_engine_thread, engine_call
 
@@ -94,3 +143,16 @@ def test_a_closed_engine_thread_is_replaced_by_a_new_one():
     assert not before.is_alive()
     after = engine_call(threading.current_thread)
     assert after is not before and after.name.startswith(ENGINE_THREAD_NAME)
+
+
+def test_generate_shows_its_progress_on_the_status_alone():
+    """Gradio's progress overlay on every output of a running event (a spinner and timer over each plot) kept a
+    browser on the same 2-core host at ~0.5 of a core while the counters were timed; on the status alone, ~0.2
+    (docs/app.md). The status still shows the queue position and the loading message."""
+    from ui.app_blocks import build_app
+    from ui.runtime import Runtime
+
+    demo = build_app(Runtime())
+    status = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "status")
+    generate = next(d for d in demo.config["dependencies"] if d.get("api_name") == "generate")
+    assert generate["show_progress_on"] == [status._id] and len(generate["outputs"]) > 1

@@ -65,6 +65,34 @@ def test_engine_state_restores_what_a_generation_taught(engine):
     assert fingerprint(engine) == before  # the saved state is a copy, not the live pruner
 
 
+
+def timed_part(engine):
+    """What an engine learned from a clock: T(n) (rounds and probes), the head's H, a row's ms, B_ver, the threads,
+    the rounds' rate and the scheduler's timing means."""
+    p = engine.pruner
+    return (sorted(p.verify_cost.ms.items()), sorted(p.probe_cost.ms.items()), sorted(p.head_cost.ms.items()),
+            p.row_ms, p.host_b, p.threads, p.round_tokens, p.round_ms, sorted(engine.timing_ms.items()))
+
+
+def test_restore_timings_undoes_the_clock_and_keeps_the_acceptance(engine):
+    """The app's drawn run (a browser may render beside it): its timings are put back, what it accepted is kept."""
+    pair = load_pair("default")
+    ids = engine.encode("Name three colours.")
+    engine.generate(ids, MethodSpec("all-small"), pair.drafting, GenerationConfig(max_new_tokens=8))
+    saved = engine.state()
+    clock = timed_part(engine)
+    engine.generate(ids, MethodSpec("treegraft"), pair.drafting, GenerationConfig(max_new_tokens=24))
+    taught = (engine.pruner.acceptance.hits.tolist(), engine.pruner.acceptance.trials.tolist())
+    assert timed_part(engine) != clock and taught != (saved.pruner.acceptance.hits.tolist(),
+                                                      saved.pruner.acceptance.trials.tolist())
+    engine.restore_timings(saved)
+    assert timed_part(engine) == clock
+    assert (engine.pruner.acceptance.hits.tolist(), engine.pruner.acceptance.trials.tolist()) == taught
+    engine.generate(ids, MethodSpec("all-small"), pair.drafting, GenerationConfig(max_new_tokens=8))
+    assert timed_part(engine) != clock  # it learns from the clock again
+    engine.restore_timings(saved)
+    assert timed_part(engine) == clock  # the saved state is a copy: later rounds did not change it
+
 def collected(tiny_engine, tmp_path):
     from treegraft.config import DraftingConfig
 

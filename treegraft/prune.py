@@ -349,12 +349,21 @@ class Pruner:
         self._cut: float = math.inf  # the last select's verified count where the cut left nodes out (inf: none)
 
     HOST_FIELDS = ("verify_cost", "probe_cost", "head_cost", "row_ms", "host_b", "threads")  # the target's costs here
+    TIMED_FIELDS = HOST_FIELDS + ("round_tokens", "round_ms")  # and the rounds' rate rho: every field a clock set
 
     def share_host(self, other: "Pruner") -> None:
         """Take `other`'s measurements of the target's costs on this host (T(n), the head's H, a row's ms, B_ver,
         the thread count), keeping this pruner's acceptance model: engines that run the same target here then cut
         and verify alike, so a side-by-side run compares their drafters, not two calibrations' luck."""
-        for name in self.HOST_FIELDS:
+        self._take(other, self.HOST_FIELDS)
+
+    def take_timings(self, other: "Pruner") -> None:
+        """Take every field `other` learned from a clock (its host costs and the rounds' rate rho), keeping this
+        pruner's acceptance model: what rounds timed under other load taught is undone, what they accepted is kept."""
+        self._take(other, self.TIMED_FIELDS)
+
+    def _take(self, other: "Pruner", names: tuple[str, ...]) -> None:
+        for name in names:
             setattr(self, name, copy.deepcopy(getattr(other, name)))
 
     def draft_budget(self, b: int) -> int:

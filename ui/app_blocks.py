@@ -86,7 +86,7 @@ def place(runtime: Runtime, statuses) -> App:
 def wire(app: App, runtime: Runtime, statuses) -> None:
     c, run, cmp = app.controls, app.run, app.compare
     c.go_btn.click(make_generate(runtime, statuses, run), c.inputs() + [run.state], run.api_outputs(),
-                   concurrency_limit=1, concurrency_id="engine", api_name="generate")
+                   concurrency_limit=1, concurrency_id="engine", api_name="generate", show_progress_on=[run.status])
     c.stop_btn.click(request_stop, None, run.status, queue=False)
     round_outputs = [run.tree_plot, run.caption, run.round_slider, run.timeline_plot, run.state]
     # each view handler reads the presentation checkbox itself, so a toggle racing it cannot be undone by its state

@@ -225,7 +225,12 @@ def make_generate(runtime: Runtime, statuses, panel):
                     present=presenting(request.session_hash, old.present))
         seed = int(r.seed)
         engine_call(warm_up, engine, ids, spec, drafting, gen, seed)
-        yield from stream_main(panel, engine, ids, spec, drafting, gen, seed, view, stop, request.session_hash)
+        before = engine_call(engine.state)
+        try:
+            yield from stream_main(panel, engine, ids, spec, drafting, gen, seed, view, stop, request.session_hash)
+        finally:  # the drawn run's clock is not the engine's alone (a browser may draw beside it): it teaches no costs
+            engine_call(engine.restore_timings, before)
+        start = engine_call(engine.state)
         drawn = view.present  # the style the finished trace's figures were drawn in
 
         def update(status: str, with_files: bool = False) -> dict:
@@ -242,6 +247,7 @@ def make_generate(runtime: Runtime, statuses, panel):
             if stop.is_set():
                 break
             method = spec if label == spec.label else MethodSpec(label)
+            engine_call(engine.restore, start)  # every counter from the same state, as the bench's rows
             res = engine_call(engine.generate, ids, method, drafting, gen, seed, should_stop=stop.is_set)
             view.runs[label] = run_record(res, done=not stop.is_set())
             yield update(f"Timed **{label}** without drawing.")
