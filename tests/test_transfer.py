@@ -68,10 +68,11 @@ def test_engine_state_restores_what_a_generation_taught(engine):
 
 def timed_part(engine):
     """What an engine learned from a clock: T(n) (rounds and probes), the head's H, a row's ms, B_ver, the threads,
-    the rounds' rate and the scheduler's timing means."""
+    the rounds' rate, the cut's recent choices and the scheduler's timing means."""
     p = engine.pruner
     return (sorted(p.verify_cost.ms.items()), sorted(p.probe_cost.ms.items()), sorted(p.head_cost.ms.items()),
-            p.row_ms, p.host_b, p.threads, p.round_tokens, p.round_ms, sorted(engine.timing_ms.items()))
+            p.row_ms, p.host_b, p.threads, p.round_tokens, p.round_ms, list(p.chosen), p.idle,
+            sorted(engine.timing_ms.items()))
 
 
 def test_restore_timings_undoes_the_clock_and_keeps_the_acceptance(engine):

@@ -125,9 +125,10 @@ class Engine:
 
     def restore_timings(self, state: EngineState) -> None:
         """Put back what `state` had measured by the clock (T(n), the head's H, B_ver, the thread count, the rounds'
-        rate, the scheduler's timing means), keeping what the generations since taught the acceptance model. The
-        app's drawn run is timed while a browser may render its frames on the same cores (docs/app.md): its rounds
-        then read 2-3x their time, and a cut priced on them verifies almost nothing in every later run."""
+        rate, the cut's recent choices, the scheduler's timing means), keeping what the generations since taught the
+        acceptance model. The app's drawn run is timed while a browser may render its frames on the same cores
+        (docs/app.md): its rounds then read 2-3x their time, and a cut priced on them verifies almost nothing in every
+        later run."""
         self.pruner.take_timings(state.pruner)
         self.timing_ms = dict(state.timing_ms)
 

@@ -349,7 +349,9 @@ class Pruner:
         self._cut: float = math.inf  # the last select's verified count where the cut left nodes out (inf: none)
 
     HOST_FIELDS = ("verify_cost", "probe_cost", "head_cost", "row_ms", "host_b", "threads")  # the target's costs here
-    TIMED_FIELDS = HOST_FIELDS + ("round_tokens", "round_ms")  # and the rounds' rate rho: every field a clock set
+    # ... and the rounds' rate rho, and what the cut priced on these chose (the recent verified counts that size the
+    # drafting, the idle rounds): every field a clock set
+    TIMED_FIELDS = HOST_FIELDS + ("round_tokens", "round_ms", "chosen", "idle")
 
     def share_host(self, other: "Pruner") -> None:
         """Take `other`'s measurements of the target's costs on this host (T(n), the head's H, a row's ms, B_ver,
@@ -358,8 +360,8 @@ class Pruner:
         self._take(other, self.HOST_FIELDS)
 
     def take_timings(self, other: "Pruner") -> None:
-        """Take every field `other` learned from a clock (its host costs and the rounds' rate rho), keeping this
-        pruner's acceptance model: what rounds timed under other load taught is undone, what they accepted is kept."""
+        """Take every field `other` learned from a clock (its host costs, the rounds' rate rho, the cut's recent
+        choices), keeping this pruner's acceptance model: what rounds timed under other load taught is undone, what they accepted is kept."""
         self._take(other, self.TIMED_FIELDS)
 
     def _take(self, other: "Pruner", names: tuple[str, ...]) -> None:
