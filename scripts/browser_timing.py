@@ -26,7 +26,7 @@ from tests.test_ui_browser import browser  # noqa: E402  (the browser test's chr
 
 STATUS = "() => document.querySelector('#status') ? document.querySelector('#status').innerText : ''"
 TICK = os.sysconf("SC_CLK_TCK")
-ROW_A = re.compile(ROW.pattern.replace("'", "[\"']") + r"<td>([\d.]+)</td>")  # its mean A too; the page quotes " 
+ROW_A = re.compile(ROW.pattern.replace("'", "[\"']") + r"<td>([\d.]+)</td>")  # and mean A; the page's quotes are "
 
 
 def chromium_cpu_s() -> float:
@@ -87,7 +87,8 @@ def main() -> int:
                 done.set()
                 sampler.join()
                 timing = [(t, c) for t, c in samples if drawn is not None and t >= drawn]
-                cores = (timing[-1][1] - timing[0][1]) / (timing[-1][0] - timing[0][0]) if len(timing) > 1 else float("nan")
+                cores = ((timing[-1][1] - timing[0][1]) / (timing[-1][0] - timing[0][0]) if len(timing) > 1
+                         else float("nan"))
                 html = page.inner_html("#counters")
                 rows = {m: (float(ms), float(a)) for m, _tokens, _wall, ms, a in ROW_A.findall(html)}
                 ar = rows.get("ar", (float("nan"), 0))[0]

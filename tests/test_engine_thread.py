@@ -99,16 +99,13 @@ def test_the_drawn_run_teaches_no_costs_and_every_counter_starts_alike():
     from ui.app_blocks import build_app
     from ui.runtime import Runtime
 
-    from tests.test_transfer import timed_part
-
-    def accepted(engine):
-        return engine.pruner.acceptance.hits.tolist(), engine.pruner.acceptance.trials.tolist()
+    from tests.test_transfer import accepted_part, timed_part
 
     calls: list[tuple] = []  # per generate: (method, clock part before, acceptance before, clock part after)
     real_generate = Engine.generate
 
     def generate(self, ids, method, *a, **k):
-        before = (timed_part(self), accepted(self))
+        before = (timed_part(self), accepted_part(self))
         out = real_generate(self, ids, method, *a, **k)
         calls.append((method.label, *before, timed_part(self)))
         return out

@@ -65,7 +65,6 @@ def test_engine_state_restores_what_a_generation_taught(engine):
     assert fingerprint(engine) == before  # the saved state is a copy, not the live pruner
 
 
-
 def timed_part(engine):
     """What an engine learned from a clock: T(n) (rounds and probes), the head's H, a row's ms, B_ver, the threads,
     the rounds' rate, the cut's recent choices and the scheduler's timing means."""
@@ -73,6 +72,12 @@ def timed_part(engine):
     return (sorted(p.verify_cost.ms.items()), sorted(p.probe_cost.ms.items()), sorted(p.head_cost.ms.items()),
             p.row_ms, p.host_b, p.threads, p.round_tokens, p.round_ms, list(p.chosen), p.idle,
             sorted(engine.timing_ms.items()))
+
+
+def accepted_part(engine_or_state):
+    """What an engine (or a saved state) learned from what the target accepted: the acceptance record."""
+    a = engine_or_state.pruner.acceptance
+    return a.hits.tolist(), a.trials.tolist()
 
 
 def test_restore_timings_undoes_the_clock_and_keeps_the_acceptance(engine):
@@ -83,16 +88,15 @@ def test_restore_timings_undoes_the_clock_and_keeps_the_acceptance(engine):
     saved = engine.state()
     clock = timed_part(engine)
     engine.generate(ids, MethodSpec("treegraft"), pair.drafting, GenerationConfig(max_new_tokens=24))
-    taught = (engine.pruner.acceptance.hits.tolist(), engine.pruner.acceptance.trials.tolist())
-    assert timed_part(engine) != clock and taught != (saved.pruner.acceptance.hits.tolist(),
-                                                      saved.pruner.acceptance.trials.tolist())
+    taught = accepted_part(engine)
+    assert timed_part(engine) != clock and taught != accepted_part(saved)
     engine.restore_timings(saved)
-    assert timed_part(engine) == clock
-    assert (engine.pruner.acceptance.hits.tolist(), engine.pruner.acceptance.trials.tolist()) == taught
+    assert timed_part(engine) == clock and accepted_part(engine) == taught
     engine.generate(ids, MethodSpec("all-small"), pair.drafting, GenerationConfig(max_new_tokens=8))
     assert timed_part(engine) != clock  # it learns from the clock again
     engine.restore_timings(saved)
     assert timed_part(engine) == clock  # the saved state is a copy: later rounds did not change it
+
 
 def collected(tiny_engine, tmp_path):
     from treegraft.config import DraftingConfig

@@ -361,7 +361,8 @@ class Pruner:
 
     def take_timings(self, other: "Pruner") -> None:
         """Take every field `other` learned from a clock (its host costs, the rounds' rate rho, the cut's recent
-        choices), keeping this pruner's acceptance model: what rounds timed under other load taught is undone, what they accepted is kept."""
+        choices), keeping this pruner's acceptance model: what rounds timed under other load taught is undone,
+        what they accepted is kept."""
         self._take(other, self.TIMED_FIELDS)
 
     def _take(self, other: "Pruner", names: tuple[str, ...]) -> None:
