@@ -30,12 +30,17 @@ def rounds_ms(rounds) -> str:
     return f"{len(rounds)} rounds, mean round {sum(wall) / len(wall):.1f} ms, mean t_V {sum(verify) / len(verify):.1f} ms"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(doc: str) -> argparse.Namespace:
+    """The app timing scripts' options: the prompt, how many Generates, new tokens."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompt", default="What are some good ways to stay focused while studying at home?")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args(__doc__)
     from gradio_client import Client
 
     from treegraft.config import DEFAULT_MODELS_YAML, load_pair

@@ -7,7 +7,6 @@ generations); `scripts/app_timing.py` is the same without a browser.
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/browser_timing.py [--prompt "..."] [--runs 3] [--max-new-tokens 64]
 """
-import argparse
 import os
 import re
 import sys
@@ -20,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
 
-from scripts.app_timing import ROW  # noqa: E402  (a counter row of the page's HTML)
+from scripts.app_timing import ROW, parse_args  # noqa: E402  (a counter row of the page's HTML; the options)
 from tests.test_app import free_port  # noqa: E402
 from tests.test_ui_browser import browser  # noqa: E402  (the browser test's chromium)
 
@@ -43,11 +42,7 @@ def chromium_cpu_s() -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", default="What are some good ways to stay focused while studying at home?")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     from playwright.sync_api import sync_playwright
 
     from ui.app_blocks import build_app

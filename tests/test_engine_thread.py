@@ -45,16 +45,32 @@ def test_the_live_run_waits_for_each_frame(engine):
     assert len(items) - 1 == len(items[-1].rounds)
 
 
-def test_the_apps_every_engine_call_runs_on_the_engine_thread():
-    """Loading, the warm-up, the live run and every timed run of a Generate with the counters on."""
+def generate_once(max_new: int) -> tuple:
+    """A fresh app (float32) on loopback, one Generate of treegraft with the counters on through gradio_client: its
+    final outputs."""
     import os
 
     os.environ["NO_PROXY"] = "127.0.0.1,localhost"
     from gradio_client import Client
 
-    from treegraft.engine import Engine
     from ui.app_blocks import build_app
-    from ui.runtime import ENGINE_THREAD_NAME, Runtime
+    from ui.runtime import Runtime
+
+    demo = build_app(Runtime(dtype="float32"))
+    demo.queue(default_concurrency_limit=1, max_size=16)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", analytics_enabled=False, verbose=False)
+        return client.predict(*submit_args(method="treegraft", max_new=max_new, compare=True), api_name="/generate")
+    finally:
+        demo.close()
+
+
+def test_the_apps_every_engine_call_runs_on_the_engine_thread():
+    """Loading, the warm-up, the live run and every timed run of a Generate with the counters on."""
+    from treegraft.engine import Engine
+    from ui.runtime import ENGINE_THREAD_NAME
 
     threads: list[str] = []
     real_init, real_generate = Engine.__init__, Engine.generate
@@ -69,15 +85,7 @@ def test_the_apps_every_engine_call_runs_on_the_engine_thread():
 
     Engine.__init__, Engine.generate = init, generate
     try:
-        demo = build_app(Runtime(dtype="float32"))
-        demo.queue(default_concurrency_limit=1, max_size=16)
-        port = free_port()
-        demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-        try:
-            client = Client(f"http://127.0.0.1:{port}/", analytics_enabled=False, verbose=False)
-            final = client.predict(*submit_args(method="treegraft", max_new=8, compare=True), api_name="/generate")
-        finally:
-            demo.close()
+        final = generate_once(max_new=8)
     finally:
         Engine.__init__, Engine.generate = real_init, real_generate
     assert final[0].startswith("Done.")
@@ -90,14 +98,7 @@ def test_the_drawn_run_teaches_no_costs_and_every_counter_starts_alike():
     """A browser on the same host renders the drawn run's frames while its rounds run (docs/app.md): its timings are
     put back after it, so the cut of later runs is not priced on them, and every timed run starts from one state
     (the drawn run's acceptance kept), as the bench's rows do."""
-    import os
-
-    os.environ["NO_PROXY"] = "127.0.0.1,localhost"
-    from gradio_client import Client
-
     from treegraft.engine import Engine
-    from ui.app_blocks import build_app
-    from ui.runtime import Runtime
 
     from tests.test_transfer import accepted_part, timed_part
 
@@ -112,15 +113,7 @@ def test_the_drawn_run_teaches_no_costs_and_every_counter_starts_alike():
 
     Engine.generate = generate
     try:
-        demo = build_app(Runtime(dtype="float32"))
-        demo.queue(default_concurrency_limit=1, max_size=16)
-        port = free_port()
-        demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-        try:
-            client = Client(f"http://127.0.0.1:{port}/", analytics_enabled=False, verbose=False)
-            final = client.predict(*submit_args(method="treegraft", max_new=24, compare=True), api_name="/generate")
-        finally:
-            demo.close()
+        final = generate_once(max_new=24)
     finally:
         Engine.generate = real_generate
     assert final[0].startswith("Done.")
