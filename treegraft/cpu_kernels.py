@@ -66,6 +66,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .huge_pages import into_huge_pages, release_free_heap
+
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured at load; a batch uses the smallest bucket >= its rows
 PREFILL_ROWS = 256  # the body's bucket for every batch above BUCKETS[-1] (a prompt's prefill), measured at load
 PREFILL_LAYERS, PREFILL_ROUNDS = 2, 3  # its timing: a few layers (bound by arithmetic there), a few rounds
@@ -198,6 +200,7 @@ PACKED_KERNELS = {"packed": PackedKernel("weight_packed", packed_ops, 8),
                   "packed16f": PackedKernel("weight_packed16", packed16_ops, 16, "packed_linear_full_first"),
                   "packed16h": PackedKernel("weight_packed16h", packed16h_ops, 16),
                   "packed8h": PackedKernel("weight_packed8h", packed8h_ops, 8)}
+PACKED_ATTRS = tuple(dict.fromkeys(k.attr for k in PACKED_KERNELS.values()))  # each packed copy a layer may hold
 
 
 def packed_threads() -> int:
@@ -348,10 +351,19 @@ def _copies(paths) -> dict[str, str]:
 
 
 def _pack_for(layers: list[torch.nn.Linear], paths) -> None:
-    """Pack each layer's weight once for every packed copy the paths read."""
+    """Pack each layer's weight once for every packed copy the paths read (on huge pages, as a forward reads them)."""
     for path in _copies(paths).values():
         for m in layers:
             _pack(m, path)
+    _onto_huge_pages(layers)
+
+
+def _onto_huge_pages(layers: list[torch.nn.Linear]) -> None:
+    """Every packed copy of these layers moved into one huge-page region (`huge_pages.py`; bit-equal values)."""
+    held = [(m, attr) for m in layers for attr in PACKED_ATTRS if getattr(m, attr, None) is not None]
+    for (m, attr), t in zip(held, into_huge_pages([getattr(m, attr) for m, attr in held])):
+        setattr(m, attr, t)
+    release_free_heap()  # the plain copies just dropped
 
 
 def _paths_for(probe: torch.nn.Linear, can_pack: bool, allowed=PATHS) -> tuple[str, ...]:
@@ -405,6 +417,7 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
                     setattr(m, attr, None)
                 elif getattr(m, attr, None) is None and packable(m, PACKED_KERNELS[used[attr]].block):
                     _pack(m, used[attr])
+    _onto_huge_pages(parts["body"] + parts["head"])  # the kept copies, side by side (the timing's are dropped)
     if head is not None and table.head.get(1) != "weight_left":
         head.weight_t = None  # the copy is not used: do not keep it
     for m in body:

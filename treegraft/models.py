@@ -23,6 +23,7 @@ from .attention import use_tree_attention
 from .config import ModelSource, PairConfig, resolve_path
 from .cpu_kernels import PATHS, WIDE_PATHS, decode_dtype, use_cpu_kernels
 from .drafters.corpus import CorpusError, CorpusIndex, load_corpus
+from .huge_pages import thp_mode
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,6 +68,7 @@ def host() -> dict:
             "processor": platform.processor() or platform.machine(), "cpu_bf16": cpu_supports_bf16(),
             "threads": torch.get_num_threads(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "huge_pages": thp_mode(),  # transparent huge pages for the packed weights (huge_pages.py)
             **({"auto_dtype": dict(AUTO_CHOICE)} if AUTO_CHOICE else {})}
 
 
