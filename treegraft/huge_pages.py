@@ -1,15 +1,15 @@
 """The packed weights on transparent huge pages (Linux), so that a forward streams them from 2 MiB pages.
 
-Every decoding step and verification reads every packed weight of the target once (~0.45 GB for the default
-pair, fp32), and a head step reads the head's (~18 MB of fp16). On 4 KiB pages that stream crosses ~110k pages a
-forward: each a TLB miss, and each page boundary a point where the hardware prefetchers stop. Where the kernel
+Every decoding step and verification reads every packed weight of the target once (0.54 GB for the default
+pair in fp32, its output head included), and a head step reads the head's (~18 MB of fp16). On 4 KiB pages that
+stream crosses ~130k pages a forward: each a TLB miss, and each page boundary a point where the hardware prefetchers stop. Where the kernel
 offers transparent huge pages ('always' or 'madvise' in /sys/kernel/mm/transparent_hugepage/enabled),
 `into_huge_pages` copies a model's packed weights side by side into one anonymous mapping, 2 MiB aligned and advised
 MADV_HUGEPAGE. The values and the kernels are unchanged, so every product is bit-equal; only where the bytes sit
 moves. Measured on a 2-core Zen 4 (the packed16f kernel over 120 [1536 x 576] layers, fp32, prefetch 512 floats, in
 one process): 1 row 0.114 -> 0.090 ms a layer, 8 rows 0.133 -> 0.112, 16 rows 0.173 -> 0.162. Where huge pages
 are not offered ('never', another OS) nothing moves; where the kernel cannot find free 2 MiB pages it falls back to
-small ones silently, and `huge_page_bytes` says how much of a region it got.
+small ones silently, and `mapping_fields` (AnonHugePages) says how much of a region it got.
 """
 from __future__ import annotations
 
