@@ -411,7 +411,7 @@ def use_cpu_kernels(model: torch.nn.Module, table: KernelTable | None = None, al
             setattr(table, part, choose(table.ms[part]))
     for part, layers in parts.items():  # keep exactly the packed copies the table's paths read
         used = _copies(p for p in getattr(table, part).values() if p in PACKED_KERNELS and PACKED_KERNELS[p].ops())
-        for attr in {k.attr for k in PACKED_KERNELS.values()}:
+        for attr in PACKED_ATTRS:
             for m in layers:
                 if attr not in used:
                     setattr(m, attr, None)
